@@ -1,0 +1,32 @@
+# Two entry points (see README): `make demo` runs the main job, `make test` the tests.
+# Each creates its own virtual environment and installs strata from this checkout.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.strata-installed
+
+.PHONY: demo test lint bench clean
+
+demo: $(STAMP)
+	$(VENV)/bin/strata probe --measure
+
+test: $(STAMP)
+	$(VENV)/bin/ruff check src tests benchmarks
+	$(PY) -m pytest
+
+bench: $(STAMP)
+	$(PY) benchmarks/probe_vs_reference.py
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check src tests benchmarks
+
+# The constraints file pins the CPU wheel of torch so a CPU machine does not pull a
+# multi-GB CUDA build; GPU users install their own torch first.
+$(STAMP): pyproject.toml requirements/cpu-constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --upgrade --quiet pip
+	$(PY) -m pip install --quiet -c requirements/cpu-constraints.txt -e '.[torch,dev]'
+	touch $(STAMP)
+
+clean:
+	rm -rf $(VENV) build src/*.egg-info .pytest_cache .ruff_cache

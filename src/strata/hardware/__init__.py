@@ -1,0 +1,1 @@
+"""The hardware "dialect": what this machine is and what it can really do."""

@@ -1,0 +1,259 @@
+"""`strata probe --measure`: bandwidth and matmul throughput -> this host's Roofline.
+
+CPU bandwidth uses STREAM kernels in C (compiled here, OpenMP on all cores, first touch by
+the workers); without a compiler it falls back to multithreaded torch ops and says so.
+Matmul throughput uses torch.matmul (the vendor BLAS/oneDNN/cuBLAS path) at sizes that
+saturate the device. GPUs get device-to-device copy timed with events and pinned
+host<->device transfers. Every timing goes through strata.measure.timer.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from strata.hardware.profile import CpuInfo, GpuInfo, HostProfile
+from strata.hardware.specs import cpu_peak_compute, gpu_peak_bandwidth, gpu_peak_compute
+from strata.measure.roofline import DeviceRoofline, Figure, Roofline
+from strata.measure.timer import CudaEventClock, HostClock, TimingPolicy, time_calls
+
+STREAM_SOURCE = Path(__file__).parent / "csrc" / "stream.c"
+Progress = Callable[[str], None]
+
+# dtype -> CPU ISA features that give torch a fast path for it; None = always measured.
+# fp32 is the baseline and bf16 the usual LLM dtype; fp16/int8 only where hardware helps.
+CPU_DTYPE_FAST_PATH: dict[str, tuple[str, ...] | None] = {
+    "fp32": None,
+    "bf16": None,
+    "fp16": ("avx512_fp16", "amx_tile", "neon"),
+    "int8": ("avx512_vnni", "avx_vnni", "amx_int8", "dotprod", "i8mm"),
+}
+TORCH_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "int8": "int8"}
+
+
+@dataclass
+class MeasureConfig:
+    bandwidth_policy: TimingPolicy
+    matmul_policy: TimingPolicy
+    min_array_bytes: int = 64 << 20
+    matmul_target_s: float = 0.05  # grow the matrix until one call takes this long
+    cpu_matmul_max_n: int = 4096
+    gpu_matmul_max_n: int = 8192
+
+    @classmethod
+    def default(cls) -> MeasureConfig:
+        return cls(TimingPolicy(warmup_s=0.05, min_reps=5, max_reps=20, max_time_s=1.0),
+                   TimingPolicy(warmup_s=0.1, min_reps=3, max_reps=20, max_time_s=1.5))
+
+    @classmethod
+    def quick(cls) -> MeasureConfig:
+        """Small and short: for tests, where figures only need to exist and be sane."""
+        return cls(TimingPolicy(warmup_s=0.0, min_reps=2, max_reps=3, max_time_s=0.2),
+                   TimingPolicy(warmup_s=0.0, min_reps=2, max_reps=3, max_time_s=0.2),
+                   min_array_bytes=8 << 20, matmul_target_s=0.005, cpu_matmul_max_n=256,
+                   gpu_matmul_max_n=1024)
+
+
+def measure_host(profile: HostProfile, config: MeasureConfig | None = None,
+                 progress: Progress | None = None) -> Roofline:
+    config = config or MeasureConfig.default()
+    say = progress or (lambda _msg: None)
+    t0 = time.perf_counter()
+    devices = [measure_cpu(profile.cpu, config, say)]
+    unknown: dict[str, str] = {}
+    for gpu in profile.gpus:
+        measure = GPU_MEASURES.get(gpu.backend)
+        if measure is None:
+            unknown[gpu.key] = f"no measurement path for backend {gpu.backend} yet"
+            continue
+        devices.append(measure(gpu, config, say))
+    return Roofline(devices=devices, seconds=time.perf_counter() - t0, unknown=unknown)
+
+
+# ---------------------------------------------------------------- CPU bandwidth (STREAM)
+
+def stream_elements(cpu: CpuInfo, min_bytes: int) -> int:
+    """Doubles per array: >= 4x the last-level cache (STREAM rule), capped by free RAM."""
+    llc = cpu.last_level_cache_bytes() or (32 << 20)
+    want = max(4 * llc, min_bytes)
+    if cpu.ram_available_bytes:
+        want = min(want, cpu.ram_available_bytes // 8)  # three arrays, leave plenty free
+    return want // 8
+
+
+def measure_cpu_bandwidth(cpu: CpuInfo, config: MeasureConfig) -> tuple[dict[str, Figure], str]:
+    """copy/triad/read GB/s; returns (figures, note on the method or the fallback)."""
+    from strata.native import CompileError, load_shared
+
+    n = stream_elements(cpu, config.min_array_bytes)
+    try:
+        lib = load_shared(STREAM_SOURCE)
+    except (CompileError, OSError) as exc:
+        return _torch_bandwidth(n, config), f"C STREAM unavailable ({exc}); used torch ops"
+    return _c_stream(lib, n, config), ""
+
+
+def _c_stream(lib: ctypes.CDLL, n: int, config: MeasureConfig) -> dict[str, Figure]:
+    import numpy as np
+
+    dbl_p = ctypes.POINTER(ctypes.c_double)
+    lib.strata_read.restype = ctypes.c_double
+    threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    lib.strata_set_threads(threads or 1)
+    # np.empty does not touch the pages; strata_init's OpenMP workers do (first touch).
+    a, b, c = (np.empty(n, dtype=np.float64) for _ in range(3))
+    pa, pb, pc = (x.ctypes.data_as(dbl_p) for x in (a, b, c))
+    lib.strata_init(pa, pb, pc, ctypes.c_long(n))
+    kernels = {
+        "copy": (lambda: lib.strata_copy(pa, pc, ctypes.c_long(n)), 2),
+        "triad": (lambda: lib.strata_triad(pa, pb, pc, ctypes.c_double(3.0), ctypes.c_long(n)), 3),
+        "read": (lambda: lib.strata_read(pa, ctypes.c_long(n)), 1),
+    }
+    desc = f"C STREAM, {threads} threads, {n * 8 >> 20} MiB arrays"
+    return {name: _rate(fn, arrays * n * 8, config.bandwidth_policy, f"{desc} ({name})")
+            for name, (fn, arrays) in kernels.items()}
+
+
+def _rate(fn: Callable[[], object], nbytes: float, policy: TimingPolicy, method: str,
+          clock: Any = None) -> Figure:
+    """GB/s (or GFLOP/s when nbytes is a FLOP count) from the best and the median time."""
+    s = time_calls(fn, policy, clock=clock)
+    return Figure(value=nbytes / s.min / 1e9, median=nbytes / s.median / 1e9,
+                  method=f"{method}, best of {s.n}")
+
+
+def _torch_bandwidth(n: int, config: MeasureConfig) -> dict[str, Figure]:
+    import torch
+
+    a, b, c = (torch.ones(n, dtype=torch.float64) for _ in range(3))  # parallel fill
+    desc = f"torch ops, {torch.get_num_threads()} threads, {n * 8 >> 20} MiB arrays"
+    return {
+        "copy": _rate(lambda: c.copy_(a), 2 * n * 8, config.bandwidth_policy, f"{desc} (copy)"),
+        "triad": _rate(lambda: torch.add(b, c, alpha=3.0, out=a), 3 * n * 8,
+                       config.bandwidth_policy, f"{desc} (triad)"),
+        "read": _rate(lambda: a.sum(), n * 8, config.bandwidth_policy, f"{desc} (read)"),
+    }
+
+
+# ---------------------------------------------------------------- matmul throughput
+
+def _matmul_fn(torch: Any, dtype: str, n: int, device: str) -> Callable[[], object]:
+    if dtype == "int8":
+        a = torch.randint(-64, 64, (n, n), dtype=torch.int8, device=device)
+        b = torch.randint(-64, 64, (n, n), dtype=torch.int8, device=device)
+        return lambda: torch._int_mm(a, b)
+    tdt = getattr(torch, TORCH_DTYPES[dtype])
+    a = torch.randn(n, n, device=device).to(tdt)
+    b = torch.randn(n, n, device=device).to(tdt)
+    return lambda: torch.matmul(a, b)
+
+
+def measure_matmul(torch: Any, dtype: str, device: str, max_n: int, config: MeasureConfig,
+                   clock: Any = None) -> Figure:
+    """Grow n (powers of two) until one call takes matmul_target_s, then time it."""
+    n = 256
+    while n < max_n:
+        fn = _matmul_fn(torch, dtype, n, device)
+        fn()
+        if time_calls(fn, TimingPolicy(0.0, 1, 1, 0.0), clock=clock).min >= config.matmul_target_s:
+            break
+        n *= 2
+    fn = _matmul_fn(torch, dtype, n, device)
+    unit = "GOP/s" if dtype == "int8" else "GFLOP/s"
+    return _rate(fn, 2 * n**3, config.matmul_policy,
+                 f"torch.matmul {dtype} {n}x{n}x{n} on {device} ({unit})", clock)
+
+
+def measure_cpu_matmul(cpu: CpuInfo, config: MeasureConfig,
+                       say: Progress) -> tuple[dict[str, Figure], dict[str, str]]:
+    figures: dict[str, Figure] = {}
+    unknown: dict[str, str] = {}
+    try:
+        import torch
+    except ImportError:
+        return figures, {"compute": "torch not installed (pip install 'strata[torch]')"}
+    for dtype, needs in CPU_DTYPE_FAST_PATH.items():
+        if needs is not None and not set(needs) & set(cpu.isa):
+            unknown[dtype] = f"not measured: no {dtype} fast path (needs one of {', '.join(needs)})"
+            continue
+        say(f"cpu matmul {dtype}")
+        try:
+            figures[dtype] = measure_matmul(torch, dtype, "cpu", config.cpu_matmul_max_n, config)
+        except (RuntimeError, AttributeError) as exc:
+            unknown[dtype] = f"torch cannot run {dtype} matmul on cpu: {exc}"
+    return figures, unknown
+
+
+def measure_cpu(cpu: CpuInfo, config: MeasureConfig, say: Progress) -> DeviceRoofline:
+    dev = DeviceRoofline(device="cpu", name=cpu.model or cpu.arch)
+    say("cpu memory bandwidth (STREAM)")
+    dev.bandwidth, note = measure_cpu_bandwidth(cpu, config)
+    if note:
+        dev.unknown["bandwidth_method"] = note
+    dev.compute, unknown = measure_cpu_matmul(cpu, config, say)
+    dev.unknown.update(unknown)
+    dev.peak_compute, reason = cpu_peak_compute(cpu)
+    if reason:
+        dev.unknown["peak_compute"] = reason
+    dev.unknown["peak_bandwidth"] = ("not derivable: memory channels and speed are not exposed"
+                                     " without DMI access")
+    return dev
+
+
+# ---------------------------------------------------------------- GPUs (CUDA and ROCm)
+
+def measure_cuda(gpu: GpuInfo, config: MeasureConfig, say: Progress) -> DeviceRoofline:
+    dev = DeviceRoofline(device=gpu.key, name=gpu.name)
+    dev.peak_bandwidth = gpu_peak_bandwidth(gpu)
+    dev.peak_compute = gpu_peak_compute(gpu)
+    try:
+        import torch
+    except ImportError:
+        dev.unknown["all"] = "torch not installed (pip install 'strata[torch]')"
+        return dev
+    if not torch.cuda.is_available():
+        dev.unknown["all"] = "torch cannot use this GPU (see the support verdict)"
+        return dev
+    device = f"cuda:{gpu.index}"
+    clock = CudaEventClock(torch, device)
+    say(f"{device} memory bandwidth")
+    dev.bandwidth = _gpu_bandwidth(torch, device, config, clock)
+    for dtype in ("fp32", "bf16", "fp16", "int8"):
+        say(f"{device} matmul {dtype}")
+        try:
+            dev.compute[dtype] = measure_matmul(torch, dtype, device, config.gpu_matmul_max_n,
+                                                config, clock)
+        except RuntimeError as exc:
+            dev.unknown[dtype] = f"{dtype} matmul failed: {str(exc).splitlines()[0]}"
+    return dev
+
+
+def _gpu_bandwidth(torch: Any, device: str, config: MeasureConfig,
+                   clock: Any) -> dict[str, Figure]:
+    n = (1 << 30) // 4  # 1 GiB of fp32: far beyond any GPU L2
+    src = torch.empty(n, dtype=torch.float32, device=device).fill_(1.0)
+    dst = torch.empty_like(src)
+    host_n = (256 << 20) // 4
+    pinned = torch.empty(host_n, dtype=torch.float32).pin_memory()
+    dev_buf = torch.empty(host_n, dtype=torch.float32, device=device)
+    policy = config.bandwidth_policy
+    return {
+        "copy": _rate(lambda: dst.copy_(src), 2 * n * 4, policy, f"{device} d2d copy 1 GiB",
+                      clock),
+        "h2d": _rate(lambda: dev_buf.copy_(pinned, non_blocking=True), host_n * 4, policy,
+                     "pinned host->device 256 MiB", HostClock(torch.cuda.synchronize)),
+        "d2h": _rate(lambda: pinned.copy_(dev_buf, non_blocking=True), host_n * 4, policy,
+                     "device->pinned host 256 MiB", HostClock(torch.cuda.synchronize)),
+    }
+
+
+# backend -> measurement; ROCm builds of torch expose AMD GPUs through torch.cuda too.
+GPU_MEASURES: dict[str, Callable[[GpuInfo, MeasureConfig, Progress], DeviceRoofline]] = {
+    "cuda": measure_cuda,
+    "rocm": measure_cuda,
+}

@@ -1,0 +1,72 @@
+"""Compile C sources at run time into shared libraries, cached by content.
+
+The cache key covers the source, the flags, the compiler's version and the host ISA, so a
+library built for one machine is never loaded on another. Used by the probe's STREAM
+kernels and, later, by the kernel lab's `c` dialect.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from strata.paths import cache_dir
+
+DEFAULT_FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC")
+
+
+class CompileError(RuntimeError):
+    """No compiler, or the source did not build; the message carries the compiler output."""
+
+
+@dataclass(frozen=True)
+class Compiler:
+    path: str
+    version: str
+
+
+def find_compiler() -> Compiler:
+    for name in (os.environ.get("CC"), "cc", "gcc", "clang"):
+        path = shutil.which(name) if name else None
+        if path:
+            out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30)
+            return Compiler(path, out.stdout.splitlines()[0] if out.stdout else "?")
+    raise CompileError("no C compiler found (install gcc or clang, or set CC)")
+
+
+def _host_isa_tag() -> str:
+    from strata.hardware.cpu import probe_cpu
+
+    cpu = probe_cpu()
+    return f"{cpu.arch}:{cpu.model}:{','.join(cpu.isa)}"
+
+
+def build_shared(source: Path, flags: tuple[str, ...] = DEFAULT_FLAGS,
+                 out_dir: Path | None = None) -> Path:
+    """Path to a shared library built from `source` with `flags`, compiling only when needed."""
+    compiler = find_compiler()
+    text = source.read_bytes()
+    key = hashlib.sha256(b"\0".join([text, " ".join(flags).encode(), compiler.version.encode(),
+                                     _host_isa_tag().encode()])).hexdigest()[:16]
+    out_dir = out_dir or cache_dir() / "native"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    lib = out_dir / f"{source.stem}-{key}.so"
+    if lib.exists():
+        return lib
+    tmp = lib.with_suffix(f".{os.getpid()}.tmp")  # atomic publish: concurrent builds never clash
+    proc = subprocess.run([compiler.path, *flags, str(source), "-o", str(tmp), "-lm"],
+                          capture_output=True, text=True, timeout=300)
+    if proc.returncode != 0:
+        tmp.unlink(missing_ok=True)
+        raise CompileError(f"{compiler.path} failed on {source.name}: {proc.stderr.strip()[:2000]}")
+    tmp.replace(lib)
+    return lib
+
+
+def load_shared(source: Path, flags: tuple[str, ...] = DEFAULT_FLAGS) -> ctypes.CDLL:
+    return ctypes.CDLL(str(build_shared(source, flags)))

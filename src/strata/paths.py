@@ -1,0 +1,32 @@
+"""Where strata keeps its results DB and its cache (DESIGN §5)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+APP_NAME = "strata"
+
+
+def home_dir() -> Path:
+    """STRATA_HOME if set, else the platform's user data dir."""
+    env = os.environ.get("STRATA_HOME")
+    if env:
+        return Path(env).expanduser()
+    from platformdirs import user_data_dir
+
+    return Path(user_data_dir(APP_NAME, appauthor=False))
+
+
+def default_db_path() -> Path:
+    return home_dir() / "strata.db"
+
+
+def cache_dir() -> Path:
+    """Generated artefacts (compiled kernels, synthetic models): content-keyed, safe to delete."""
+    env = os.environ.get("STRATA_HOME")
+    if env:
+        return Path(env).expanduser() / "cache"
+    from platformdirs import user_cache_dir
+
+    return Path(user_cache_dir(APP_NAME, appauthor=False))

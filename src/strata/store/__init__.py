@@ -1,0 +1,5 @@
+"""Results store: one SQLite file, WAL mode, versioned schema (DESIGN §5)."""
+
+from strata.store.db import SCHEMA_VERSION, open_db
+
+__all__ = ["SCHEMA_VERSION", "open_db"]

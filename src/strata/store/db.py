@@ -1,0 +1,73 @@
+"""Opening the results DB: path checks, WAL, busy timeout, schema migrations."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+from strata.errors import InputError
+from strata.store.migrations import MIGRATIONS
+
+SCHEMA_VERSION = MIGRATIONS[-1][0]
+BUSY_TIMEOUT_MS = 10_000
+
+
+def open_db(path: Path, migrations: list[tuple[int, list[str]]] = MIGRATIONS) -> sqlite3.Connection:
+    """Open (creating if needed) the DB at `path` and bring its schema up to date.
+
+    Raises InputError with a one-line, actionable message for a path that cannot hold a DB.
+    """
+    path = Path(path).expanduser()
+    _check_path(path)
+    try:
+        conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
+        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("PRAGMA foreign_keys = ON")
+        migrate(conn, migrations)
+    except sqlite3.DatabaseError as exc:
+        raise InputError(f"--db {path}: not a usable strata database ({exc}); "
+                         "point --db at a new file or restore a backup") from exc
+    conn.row_factory = sqlite3.Row
+    return conn
+
+
+def _check_path(path: Path) -> None:
+    if path.is_dir():
+        raise InputError(f"--db {path}: is a directory; give a file path such as {path}/strata.db")
+    parent = path.parent
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(f"--db {path}: cannot create folder {parent} ({exc.strerror}); "
+                         "choose a writable location") from exc
+    if not parent.is_dir():
+        raise InputError(f"--db {path}: {parent} is not a folder")
+
+
+def schema_version(conn: sqlite3.Connection) -> int:
+    conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
+    row = conn.execute("SELECT MAX(version) FROM schema_version").fetchone()
+    return int(row[0] or 0)
+
+
+def migrate(conn: sqlite3.Connection, migrations: list[tuple[int, list[str]]]) -> int:
+    """Apply pending migrations; refuse a DB written by a newer strata."""
+    current = schema_version(conn)
+    newest = migrations[-1][0]
+    if current > newest:
+        raise InputError(f"database schema v{current} is newer than this strata knows (v{newest});"
+                         " upgrade strata or use another --db")
+    for version, statements in migrations:
+        if version <= current:
+            continue
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            for sql in statements:
+                conn.execute(sql)
+            conn.execute("INSERT INTO schema_version(version) VALUES (?)", (version,))
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+    return newest

@@ -1,0 +1,1 @@
+"""Rich renderings of results for the terminal (the CLI stays thin)."""

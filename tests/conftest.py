@@ -1,0 +1,45 @@
+"""Shared fixtures; `gpu` tests are skipped automatically where no GPU is usable."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def _gpu_available() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    mps = getattr(torch.backends, "mps", None)
+    return torch.cuda.is_available() or bool(mps and mps.is_available())
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if _gpu_available():
+        return
+    skip = pytest.mark.skip(reason="no GPU usable by torch on this machine")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture
+def strata_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A fresh STRATA_HOME so tests never touch the user's DB or cache."""
+    home = tmp_path / "strata-home"
+    monkeypatch.setenv("STRATA_HOME", str(home))
+    return home
+
+
+def run_cli(*args: str, home: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """Run the real `strata` CLI in a subprocess, as a user would."""
+    env = {**os.environ, "STRATA_HOME": str(home), "COLUMNS": "200"}
+    return subprocess.run([sys.executable, "-m", "strata.cli", *args], capture_output=True,
+                          text=True, env=env, timeout=timeout)
