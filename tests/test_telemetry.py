@@ -139,6 +139,17 @@ def test_start_stop_api_and_lifecycle_rules() -> None:
         Sampler(interval_s=0.001)
 
 
+def test_stop_takes_a_final_sample_so_counters_cover_the_whole_run() -> None:
+    # A long interval: only the first tick happens before stop, so the second sample
+    # can only be the final one taken at stop.
+    with Sampler(interval_s=30, readers={"process": READERS["process"]}) as sampler:
+        time.sleep(0.05)
+        before_stop = time.perf_counter_ns()
+    samples = sampler.samples
+    assert len(samples) == 2
+    assert samples[0].t_ns < before_stop <= samples[1].t_ns
+
+
 # --------------------------------------------------------------------------- fake sysfs
 
 

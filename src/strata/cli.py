@@ -13,6 +13,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from typer.exceptions import Abort, TyperException
 
 from strata import __version__
 from strata.errors import InputError, StrataError
@@ -103,14 +104,14 @@ def probe(
 
     result = run_probe(conn, measure=measure, smoke=smoke, smoke_timeout_s=smoke_timeout,
                        console=err)
-    if json_out:
-        print(json.dumps(result.to_dict(), indent=2, default=str))
-    else:
+    if not json_out:
         result.render(out)
     if watch is not None:
         from strata.commands.probe import run_watch
 
-        run_watch(conn, result.fingerprint, watch, interval_ms / 1000, err, json_out)
+        result.telemetry = run_watch(conn, result.fingerprint, watch, interval_ms / 1000, err)
+    if json_out:
+        print(json.dumps(result.to_dict(), indent=2, default=str))
 
 
 @app.command()
@@ -132,31 +133,28 @@ def hosts(
 
 
 def main() -> None:
-    """Entry point: run the app, turning our errors into one-line messages and exit codes."""
+    """Entry point: every usage/input error becomes one line on stderr and exit code 2."""
     try:
-        app(standalone_mode=False)
+        code = app(standalone_mode=False)
     except StrataError as exc:
-        err.print(f"[bold red]error:[/bold red] {exc}", highlight=False)
+        _fail(str(exc), exc.exit_code)
+    except TyperException as exc:  # usage errors: unknown flag, bad value, unknown command
+        if type(exc).__name__ == "NoArgsIsHelpError":
+            exc.show()  # `strata` alone prints the help
+        else:
+            ctx = getattr(exc, "ctx", None)
+            hint = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
+            _fail(f"{exc.format_message()}{hint}", exc.exit_code)
         sys.exit(exc.exit_code)
-    except KeyboardInterrupt:
-        err.print("interrupted: results finished so far are kept")
-        sys.exit(130)
-    except typer.Exit as exc:
-        sys.exit(exc.exit_code)
-    except Exception as exc:  # click usage errors and aborts
-        _click_exit(exc)
+    except (KeyboardInterrupt, Abort):
+        _fail("interrupted: results finished so far are kept", 130)
+    sys.exit(code if isinstance(code, int) else 0)
 
 
-def _click_exit(exc: Exception) -> None:
-    import click
-
-    if isinstance(exc, click.exceptions.ClickException):
-        exc.show()
-        sys.exit(exc.exit_code)
-    if isinstance(exc, click.exceptions.Abort):
-        err.print("aborted")
-        sys.exit(130)
-    raise exc
+def _fail(message: str, code: int) -> None:
+    err.print(f"[bold red]error:[/bold red] {message}", highlight=False, markup=True,
+              soft_wrap=True)
+    sys.exit(code)
 
 
 if __name__ == "__main__":

@@ -21,10 +21,12 @@ class ProbeResult:
     fingerprint: str
     roofline: Roofline | None
     roofline_is_new: bool
+    telemetry: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"fingerprint": self.fingerprint, "profile": self.profile.to_dict(),
-                "roofline": self.roofline.to_dict() if self.roofline else None}
+                "roofline": self.roofline.to_dict() if self.roofline else None,
+                "roofline_measured_now": self.roofline_is_new, "telemetry": self.telemetry}
 
     def render(self, console: Console) -> None:
         from strata.views.probe import render_profile, render_roofline
@@ -57,13 +59,10 @@ def run_probe(conn: sqlite3.Connection, measure: bool, smoke: bool, smoke_timeou
 
 
 def run_watch(conn: sqlite3.Connection, fingerprint: str, seconds: float, interval_s: float,
-              console: Console, json_out: bool) -> None:
-    import json
-
+              console: Console) -> dict[str, Any]:
+    """Live telemetry for `seconds`; the summary is stored with the host and returned."""
     from strata.hardware.watch import watch
 
-    summary = watch(seconds, interval_s, console)
-    data = summary.to_dict()
+    data = watch(seconds, interval_s, console).to_dict()
     save_measurement(conn, fingerprint, "telemetry", data)
-    if json_out:
-        print(json.dumps(data, indent=2, default=str))
+    return data
