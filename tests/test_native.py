@@ -27,6 +27,6 @@ def test_build_caches_by_content(tmp_path: Path, strata_home: Path) -> None:
 def test_compile_error_carries_compiler_output(tmp_path: Path, strata_home: Path) -> None:
     src = tmp_path / "bad.c"
     src.write_text("int broken( { return; }\n")
-    with pytest.raises(CompileError, match="bad.c"):
+    with pytest.raises(CompileError, match=r"bad\.c"):
         build_shared(src, ("-shared", "-fPIC"))
     assert not list((strata_home / "cache" / "native").glob("bad-*"))  # nothing half-written

@@ -12,7 +12,13 @@ from strata.errors import InputError
 from strata.hardware.profile import CpuInfo, HostProfile, SoftwareStack
 from strata.store import SCHEMA_VERSION, open_db
 from strata.store.db import migrate
-from strata.store.hosts import latest_measurement, list_hosts, load_host, save_host, save_measurement
+from strata.store.hosts import (
+    latest_measurement,
+    list_hosts,
+    load_host,
+    save_host,
+    save_measurement,
+)
 from strata.store.migrations import MIGRATIONS
 
 
