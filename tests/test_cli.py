@@ -80,7 +80,7 @@ def test_watch_summarises_and_stores(tmp_path: Path) -> None:
     (("probe", "--smoke-timeout", "0"), "--smoke-timeout"),
     (("probe", "--watch", "-3"), "--watch"),
     (("probe", "--interval", "1"), "--interval"),
-    (("probe", "--smoke-timeout", "abc"), "abc"),
+    (("probe", "--smoke-timeout", "abc"), "--smoke-timeout"),
     (("frobnicate",), "No such command"),
 ])
 def test_usage_errors_exit_2(tmp_path: Path, args: tuple[str, ...], needle: str) -> None:

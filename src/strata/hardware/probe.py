@@ -26,12 +26,6 @@ CLAIMED_DTYPES: dict[str, list[str]] = {
 }
 
 
-def torch_device(gpu: GpuInfo) -> str:
-    """The device string torch uses for this GPU (ROCm builds expose AMD GPUs as cuda)."""
-    kind = "cuda" if gpu.backend in ("cuda", "rocm") else gpu.backend
-    return kind if kind == "mps" else f"{kind}:{gpu.index}"
-
-
 def claimed_dtypes(gpu: GpuInfo) -> list[str]:
     dtypes = list(CLAIMED_DTYPES.get(gpu.backend, ["float32"]))
     # bf16 arrived with Ampere (sm_80); older NVIDIA parts emulate or refuse it.
@@ -73,8 +67,9 @@ def support_verdicts(profile: HostProfile, smoke: bool, timeout_s: float, say: P
 def _gpu_smoke(gpu: GpuInfo, sw: SoftwareStack, smoke: bool, timeout_s: float,
                say: Progress) -> SmokeResult | None:
     from strata.hardware.smoke import run_smoke
+    from strata.hardware.support import smoke_device_for
 
     if not smoke or sw.torch is None:
         return None
     say(f"smoke test {gpu.key}")
-    return run_smoke(torch_device(gpu), claimed_dtypes(gpu), timeout_s)
+    return run_smoke(smoke_device_for(gpu), claimed_dtypes(gpu), timeout_s)
