@@ -68,3 +68,17 @@ def test_cpu_peak_from_uarch_table() -> None:
     unknown = CpuInfo(arch="riscv64", vendor="Acme", family=1, model_id=1, physical_cores=4)
     peaks, reason = cpu_peak_compute(unknown)
     assert peaks == {} and "not in the spec table" in reason
+
+
+def test_figure_above_theoretical_peak_is_flagged_not_hidden() -> None:
+    from strata.hardware.microbench import _flag_above_peak
+    from strata.measure.roofline import DeviceRoofline, Figure, Peak
+
+    dev = DeviceRoofline("cpu", "x", compute={"fp32": Figure(180.0, "m"), "bf16": Figure(1, "m")},
+                         peak_compute={"fp32": Peak(156.5, "2 cores x 2.45 GHz (reported)")})
+    _flag_above_peak(dev)
+    assert len(dev.notes) == 1 and "1.15x" in dev.notes[0] and "reported" in dev.notes[0]
+    dev.compute["fp32"] = Figure(150.0, "m")
+    dev.notes.clear()
+    _flag_above_peak(dev)
+    assert dev.notes == []

@@ -29,6 +29,7 @@ ISA_FLAGS: dict[str, tuple[str, ...]] = {
     "amx_bf16": ("amx_bf16",),
     "amx_int8": ("amx_int8",),
     "neon": ("asimd", "neon"),
+    "fp16": ("asimdhp",),  # Arm FP16 vector arithmetic
     "dotprod": ("asimddp",),
     "i8mm": ("i8mm",),
     "sve": ("sve",),
@@ -40,6 +41,7 @@ ISA_FLAGS: dict[str, tuple[str, ...]] = {
 # macOS reports Arm features through sysctl hw.optional.* keys.
 DARWIN_ISA_KEYS: dict[str, str] = {
     "neon": "hw.optional.neon",
+    "fp16": "hw.optional.arm.FEAT_FP16",
     "dotprod": "hw.optional.arm.FEAT_DotProd",
     "i8mm": "hw.optional.arm.FEAT_I8MM",
     "bf16": "hw.optional.arm.FEAT_BF16",

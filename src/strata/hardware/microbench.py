@@ -30,7 +30,7 @@ Progress = Callable[[str], None]
 CPU_DTYPE_FAST_PATH: dict[str, tuple[str, ...] | None] = {
     "fp32": None,
     "bf16": None,
-    "fp16": ("avx512_fp16", "amx_tile", "neon"),
+    "fp16": ("avx512_fp16", "amx_tile", "fp16"),
     "int8": ("avx512_vnni", "avx_vnni", "amx_int8", "dotprod", "i8mm"),
 }
 TORCH_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "int8": "int8"}
@@ -202,7 +202,18 @@ def measure_cpu(cpu: CpuInfo, config: MeasureConfig, say: Progress) -> DeviceRoo
         dev.unknown["peak_compute"] = reason
     dev.unknown["peak_bandwidth"] = ("not derivable: memory channels and speed are not exposed"
                                      " without DMI access")
+    _flag_above_peak(dev)
     return dev
+
+
+def _flag_above_peak(dev: DeviceRoofline) -> None:
+    """A measured figure above its theoretical peak means the peak's basis is wrong (e.g. the
+    CPU boosts above the clock it reports): say so next to the figure, never hide it."""
+    for dtype in dev.compute:
+        frac = dev.fraction_of_peak("compute", dtype)
+        if frac and frac > 1.05:
+            dev.notes.append(f"{dtype}: measured is {frac:.2f}x the theoretical peak, whose "
+                             f"basis understates this device ({dev.peak_compute[dtype].basis})")
 
 
 # ---------------------------------------------------------------- GPUs (CUDA and ROCm)
@@ -230,6 +241,7 @@ def measure_cuda(gpu: GpuInfo, config: MeasureConfig, say: Progress) -> DeviceRo
                                                 config, clock)
         except RuntimeError as exc:
             dev.unknown[dtype] = f"{dtype} matmul failed: {str(exc).splitlines()[0]}"
+    _flag_above_peak(dev)
     return dev
 
 

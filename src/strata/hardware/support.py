@@ -783,5 +783,5 @@ def cpu_verdict(smoke: SmokeResult | None, sw: SoftwareStack | None = None) -> S
     if smoke is None:
         return SupportVerdict(device="cpu", status="unknown",
                               reasons=["smoke test not run: nothing known about CPU tensors"])
-    rules = RuleResult(status="unknown", reasons=["CPU: verdict from the smoke test alone"])
+    rules = RuleResult(status="unknown", reasons=["no arch rules apply to CPUs"])
     return combine("cpu", rules, smoke)

@@ -36,6 +36,7 @@ class DeviceRoofline:
     peak_bandwidth: Peak | None = None
     peak_compute: dict[str, Peak] = field(default_factory=dict)
     unknown: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)  # caveats about the figures above
 
     # Host<->device transfers are not the device's memory roof.
     _ON_DEVICE = ("copy", "triad", "read")
@@ -93,4 +94,5 @@ def _device(d: dict[str, Any]) -> DeviceRoofline:
         peak_bandwidth=Peak(**peak) if peak else None,
         peak_compute={k: Peak(**v) for k, v in d.get("peak_compute", {}).items()},
         unknown=d.get("unknown", {}),
+        notes=d.get("notes", []),
     )

@@ -153,12 +153,13 @@ def ridge_lines(roofline: Roofline) -> list[str]:
     lines = []
     for dev in roofline.devices:
         bw = dev.peak_bandwidth_gbs()
-        ridges = ", ".join(f"{d} {dev.ridge_point(d):.1f}" for d in dev.compute
+        ridges = ", ".join(f"{d} {dev.ridge_point(d):.3g}" for d in dev.compute
                            if dev.ridge_point(d))
         lines.append(f"{dev.device}: peak bandwidth {bw:,.1f} GB/s" if bw else
                      f"{dev.device}: bandwidth not measured")
         if ridges:
             lines[-1] += f"; ridge point (FLOP/byte) {ridges}"
+        lines += [f"  [yellow]note:[/yellow] {note}" for note in dev.notes]
         for key, why in dev.unknown.items():
             lines.append(f"  [dim]{key}: {why}[/dim]")
     return lines
