@@ -38,8 +38,9 @@ def strata_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return home
 
 
-def run_cli(*args: str, home: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+def run_cli(*args: str, home: Path, timeout: float = 300,
+            env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """Run the real `strata` CLI in a subprocess, as a user would."""
-    env = {**os.environ, "STRATA_HOME": str(home), "COLUMNS": "200"}
+    env = {**os.environ, "STRATA_HOME": str(home), "COLUMNS": "200", **(env or {})}
     return subprocess.run([sys.executable, "-m", "strata.cli", *args], capture_output=True,
                           text=True, env=env, timeout=timeout)

@@ -100,3 +100,23 @@ def test_bad_db_path_exits_2_and_leaves_file_alone(tmp_path: Path) -> None:
     proc = run_cli("hosts", "--db", str(junk), home=tmp_path)
     assert proc.returncode == 2 and "not a usable strata database" in proc.stderr
     assert junk.read_text() == "my notes, not a database\n" * 50
+
+
+@pytest.mark.slow
+def test_probe_completes_without_torch(tmp_path: Path) -> None:
+    # A `torch` package that fails to import, first on the path: torch is "not installed".
+    blocker = tmp_path / "block" / "torch"
+    blocker.mkdir(parents=True)
+    (blocker / "__init__.py").write_text(
+        "raise ModuleNotFoundError(\"No module named 'torch'\", name='torch')\n")
+    proc = run_cli("probe", "--measure", "--json", home=tmp_path,
+                   env={"PYTHONPATH": str(tmp_path / "block")})
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["profile"]["software"]["torch"] is None
+    assert "not installed" in data["profile"]["software"]["unknown"]["torch"]
+    cpu_verdict = data["profile"]["verdicts"][0]
+    assert cpu_verdict["status"] != "supported" and cpu_verdict["remedy"]
+    cpu = data["roofline"]["devices"][0]
+    assert cpu["bandwidth"]["triad"]["value"] > 0  # C STREAM needs no torch
+    assert cpu["compute"] == {} and "torch not installed" in cpu["unknown"]["compute"]

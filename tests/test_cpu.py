@@ -51,7 +51,7 @@ def _fake_proc(tmp_path: Path, text: str) -> Path:
 def test_arm_features_and_vendor(tmp_path: Path) -> None:
     cpu = probe_linux(_fake_proc(tmp_path, GRAVITON3), tmp_path / "nosys", tmp_path / "nonode")
     assert cpu.vendor == "ARM"
-    assert cpu.isa == ["bf16", "dotprod", "i8mm", "neon", "sve"]
+    assert cpu.isa == ["bf16", "dotprod", "fp16", "i8mm", "neon", "sve"]
     assert "sve2" not in cpu.isa and "sme" not in cpu.isa
     assert cpu.logical_threads == 2
     # sysfs was absent: the probe says so instead of guessing
