@@ -29,6 +29,7 @@ from strata.hardware.telemetry import (
     summarize,
     throttle_verdict,
 )
+from strata.hardware.telemetry.readers import base as reader_base
 from strata.hardware.watch import format_value, render_summary, summary_table, watch
 
 SYS_CPU = Path("/sys/devices/system/cpu")
@@ -231,14 +232,14 @@ def test_energy_accumulator_wraps() -> None:
 
 
 def test_rapl_permission_denied_is_recorded(fake_sys: Path, monkeypatch) -> None:
-    real = tm._read_text
+    real = reader_base._read_text
 
     def root_only(path: Path) -> str:
         if path.name == "energy_uj":
             raise PermissionError(13, "Permission denied", str(path))
         return real(path)
 
-    monkeypatch.setattr(tm, "_read_text", root_only)
+    monkeypatch.setattr(reader_base, "_read_text", root_only)
     sampler = Sampler(0.05, readers={"rapl": READERS["rapl"]}, sysfs_root=fake_sys).start()
     sampler.stop()
     assert "PermissionError" in sampler.unavailable["rapl"]
