@@ -1,0 +1,90 @@
+"""The Backend contract: load a model once, then run timed requests against it.
+
+A backend is one file that registers itself by name (backends/__init__.py holds the
+registry). Core code never names a backend; it asks the registry.
+
+Timing contract (DESIGN §3): the backend records `time.perf_counter_ns()` timestamps at
+phase boundaries, with the device synchronised, and hands them back raw in a `RunTrace`.
+Metrics are computed from traces by strata.bench.metrics, the same for every backend.
+Tokenisation and sampling stay outside the timed regions for in-process backends.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from strata.models.source import ResolvedModel
+
+
+class BackendUnavailable(Exception):
+    """The backend cannot run here (missing extra, no GPU): skipped with this reason."""
+
+
+@dataclass(frozen=True)
+class LoadConfig:
+    """Everything that needs a model (re)load when it changes; part of every stored result."""
+
+    threads: int | None = None  # None: backend default (all physical cores)
+    n_gpu_layers: int = 0  # llama.cpp -ngl
+    batch: int = 2048  # llama.cpp n_batch (-b)
+    ubatch: int = 512  # llama.cpp n_ubatch (-ub)
+    flash_attn: bool = False
+    kv_type: str = "f16"  # KV cache element type: f16, q8_0, q4_0 (llama.cpp)
+    device: str = "cpu"  # torch device: cpu, cuda, mps
+    dtype: str = "auto"  # torch dtype: auto (model's own), float32, bfloat16, float16
+    n_ctx: int = 0  # 0: just enough for the largest test of the sweep
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """One timed request. Token ids are random (BOS first); EOS is never honoured."""
+
+    depth_tokens: tuple[int, ...]  # context prefilled before timing starts (@d<D>)
+    prompt_tokens: tuple[int, ...]  # timed prefill (pp<N>); may be empty for pure tg
+    n_gen: int  # tokens to generate one at a time (tg<M>)
+
+
+@dataclass
+class RunTrace:
+    """Raw timestamps of one request, in perf_counter_ns, device-synchronised.
+
+    t_start: request start (after depth prefill, before the prompt is sent/decoded).
+    t_prefill_end: prompt fully processed (logits of its last token available).
+    token_ns: completion time of each generated token, in order.
+    For streamed HTTP backends t_prefill_end is unknown (None) and the first token's time is
+    TTFT; `chunk_tokens` says how many tokens each streamed chunk carried.
+    """
+
+    n_prompt: int
+    n_gen: int
+    t_start: int
+    t_prefill_end: int | None
+    token_ns: list[int] = field(default_factory=list)
+    chunk_tokens: list[int] = field(default_factory=list)
+    n_prompt_reported: int | None = None  # server `usage.prompt_tokens`, when given
+    n_gen_reported: int | None = None  # server `usage.completion_tokens`, when given
+    internal: dict[str, float] = field(default_factory=dict)  # backend's own counters
+    notes: list[str] = field(default_factory=list)  # e.g. "server ignores max_tokens"
+
+
+class Backend(Protocol):
+    name: str
+
+    def load(self, model: ResolvedModel, config: LoadConfig) -> None:
+        """Load weights; raise BackendUnavailable or InputError with a one-line reason."""
+
+    def run(self, request: RunRequest) -> RunTrace:
+        """Run one request and return its raw trace."""
+
+    def random_tokens(self, n: int, seed: int) -> list[int]:
+        """n random non-special token ids of the loaded model's vocabulary."""
+
+    def bos(self) -> int | None:
+        """The BOS id to put first in every prompt (None if the model has none)."""
+
+    def info(self) -> dict[str, Any]:
+        """Versions and effective settings (threads actually used, device, dtype)."""
+
+    def close(self) -> None:
+        """Free the model (before loading the next one)."""

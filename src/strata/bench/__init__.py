@@ -1,0 +1,1 @@
+"""`strata bench`: scenarios, the runner, metrics and the roofline explanation."""

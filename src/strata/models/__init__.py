@@ -1,0 +1,1 @@
+"""Model sources: GGUF files, Hugging Face directories, endpoints, synthetic presets."""

@@ -1,0 +1,67 @@
+"""Resolve what the user typed (MODEL) into a ResolvedModel, through a registry of sources.
+
+  synthetic:<preset>[@<quant>]   random weights with a preset's exact shapes (cached)
+  path/to/model.gguf             a GGUF file
+  path/to/hf-dir/                a Hugging Face directory (config.json + *.safetensors)
+  http://host:port[/v1]          an OpenAI-compatible endpoint (with --model-name)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from strata.errors import InputError
+from strata.models.spec import ModelSpec
+
+
+@dataclass
+class ResolvedModel:
+    ref: str  # what the user typed
+    kind: str  # "synthetic", "gguf", "hf", "endpoint"
+    spec: ModelSpec | None  # None for an endpoint (no weights to read)
+    endpoint: str | None = None
+    model_name: str | None = None
+    # format -> path, or -> a callable that writes the artefact on first use (synthetic)
+    artefacts: dict[str, Path | Callable[[], Path]] = field(default_factory=dict)
+
+    def path(self, fmt: str, backend: str) -> Path:
+        """The model as `fmt` ("gguf" or "hf"), materialised on demand; InputError if this
+        source has no such form (the message names a backend that can run it)."""
+        art = self.artefacts.get(fmt)
+        if art is None:
+            have = ", ".join(self.artefacts) or "none"
+            raise InputError(f"{self.ref}: the {backend} backend needs a {fmt} model; this "
+                             f"source provides: {have}")
+        if callable(art):
+            art = art()
+            self.artefacts[fmt] = art
+        return art
+
+
+Resolver = Callable[[str, str | None], ResolvedModel | None]
+RESOLVERS: list[tuple[str, Resolver]] = []
+
+
+def register(name: str) -> Callable[[Resolver], Resolver]:
+    def deco(fn: Resolver) -> Resolver:
+        RESOLVERS.append((name, fn))
+        return fn
+
+    return deco
+
+
+def resolve(ref: str, model_name: str | None = None) -> ResolvedModel:
+    """First resolver that recognises `ref` wins; InputError when none does."""
+    from strata.models import endpoint, gguf, hf, synthetic  # noqa: F401  (registration)
+
+    for _name, resolver in RESOLVERS:
+        model = resolver(ref, model_name)
+        if model is not None:
+            return model
+    if not Path(ref).exists():
+        raise InputError(f"MODEL {ref}: no such file or directory (expected a .gguf file, a "
+                         "Hugging Face model directory, synthetic:<preset>, or http://host:port)")
+    raise InputError(f"MODEL {ref}: unknown model format (expected a .gguf file, a directory "
+                     "with config.json, synthetic:<preset>, or http://host:port)")
