@@ -6,7 +6,7 @@ import pytest
 
 from strata.backends.base import RunTrace
 from strata.bench.metrics import compute
-from strata.bench.scenario import Test, build_tests, parse_int_list, parse_pairs
+from strata.bench.scenario import BenchTest, build_tests, parse_int_list, parse_pairs
 from strata.errors import InputError
 
 MS = 1_000_000  # ns per ms
@@ -75,7 +75,7 @@ def test_test_names_and_order() -> None:
     tests = build_tests([512], [128], [(512, 128)], [0, 1024])
     assert [t.name for t in tests] == ["pp512", "pp512 @ d1024", "tg128", "tg128 @ d1024",
                                        "pp512+tg128", "pp512+tg128 @ d1024"]
-    assert Test(0, 128).primary_metric == "decode_tps"
-    assert Test(512, 128, 64).context == 704
+    assert BenchTest(0, 128).primary_metric == "decode_tps"
+    assert BenchTest(512, 128, 64).context == 704
     with pytest.raises(InputError):
         build_tests([], [], [], [0])

@@ -114,6 +114,107 @@ def probe(
         print(json.dumps(result.to_dict(), indent=2, default=str))
 
 
+Opt = typer.Option
+
+
+@app.command(context_settings={"help_option_names": ["-h", "--help"]})
+def bench(
+    models: Annotated[list[str] | None, typer.Argument(
+        metavar="[MODEL]...", help="file.gguf, a Hugging Face dir, synthetic:<preset>[@f32|f16|"
+        "q8_0|q4_0], or http://host:port[/v1]. Default: the embedded synthetic preset.")] = None,
+    backend: Annotated[str, Opt("--backend", "-B", help="Comma list of llamacpp, torch, openai;"
+                                " auto = every backend that can take the model.")] = "auto",
+    n_prompt: Annotated[str, Opt("-p", "--n-prompt", help="Prompt sizes (pp tests); 'none' to "
+                                 "skip.")] = "512",
+    n_gen: Annotated[str, Opt("-n", "--n-gen", help="Generation sizes (tg tests); 'none' to "
+                              "skip.")] = "128",
+    pg: Annotated[list[str] | None, Opt("-pg", "--pg", metavar="PROMPT,GEN",
+                                        help="Combined pp+tg test (repeatable).")] = None,
+    depth: Annotated[str, Opt("-d", "--n-depth", help="Context already in the KV cache.")] = "0",
+    batch: Annotated[str, Opt("-b", "--batch-size", help="llama.cpp n_batch.")] = "2048",
+    ubatch: Annotated[str, Opt("-ub", "--ubatch-size", help="llama.cpp n_ubatch.")] = "512",
+    threads: Annotated[str, Opt("-t", "--threads", help="CPU threads (default: physical "
+                                "cores).")] = "",
+    n_gpu_layers: Annotated[str, Opt("-ngl", "--n-gpu-layers", help="Layers offloaded to the "
+                                     "GPU (llama.cpp).")] = "0",
+    flash_attn: Annotated[str, Opt("-fa", "--flash-attn", help="0 or 1 (llama.cpp).")] = "0",
+    kv_type: Annotated[str, Opt("-ctk", "--cache-type", help="KV cache type: f16, q8_0, "
+                                "q4_0.")] = "f16",
+    device: Annotated[str, Opt("--device", help="torch device: cpu, cuda, cuda:1, mps.")]
+    = "cpu",
+    dtype: Annotated[str, Opt("--dtype", help="torch dtype: auto, float32, bfloat16, "
+                              "float16.")] = "auto",
+    reps: Annotated[int | None, Opt("-r", "--repetitions", help="Fixed repetitions (default: "
+                                    "adaptive to --ci-target).")] = None,
+    ci_target: Annotated[float, Opt("--ci-target", help="Stop repeating once the 95% CI "
+                                    "half-width is this fraction of the mean.")] = 0.02,
+    max_reps: Annotated[int, Opt("--max-reps", help="Most repetitions per test.")] = 10,
+    max_time: Annotated[float, Opt("--max-time", metavar="SECONDS", help="Most timed seconds "
+                                   "per test.")] = 60.0,
+    delay: Annotated[float, Opt("--delay", metavar="SECONDS", help="Cool down between tests.")]
+    = 0.0,
+    sustained: Annotated[float | None, Opt("--sustained", metavar="SECONDS", help="Decode "
+                                           "continuously: t/s timeline and throttling.")] = None,
+    model_name: Annotated[str | None, Opt("--model-name", help="Model id for an endpoint "
+                                          "(default: the server's first).")] = None,
+    fmt: Annotated[str, Opt("--format", "-o", help="table, md, csv, json or jsonl.")] = "table",
+    list_presets: Annotated[bool, Opt("--list-presets", help="List the synthetic presets and "
+                                      "exit.")] = False,
+    seed: Annotated[int, Opt("--seed", help="Seed for the random prompts.")] = 0,
+    db: DbOption = None,
+) -> None:
+    """How fast a model runs here, on llama.cpp, PyTorch or a server, and why (the roofline).
+
+    Tests follow llama-bench: pp<N> prompt processing, tg<M> generation, pp<N>+tg<M>, each
+    optionally @d<D> after D tokens of context. Lists and ranges sweep (-p 128,512 -t 1-2).
+    Every result is stored with the host, versions, full config and raw samples.
+
+    [bold]Examples[/bold]
+      strata bench                                   [dim]# embedded synthetic preset[/dim]
+      strata bench synthetic:qwen2.5-0.5b@q4_0 -p 128,512 -n 64
+      strata bench model.gguf -B llamacpp -t 1-2 -d 0,1024 -o md
+      strata bench http://127.0.0.1:8080 --model-name my-model -p 256 -n 64
+    """
+    from strata.commands.bench_options import FORMATS_HELP, BenchFlags, build_config
+
+    if list_presets:
+        _print_presets()
+        return
+    if fmt not in FORMATS_HELP:
+        raise InputError(f"--format {fmt}: choose one of {', '.join(FORMATS_HELP)}")
+    from strata.models.presets import default_model
+
+    flags = BenchFlags(models=models or [default_model()], backend=backend, n_prompt=n_prompt,
+                       n_gen=n_gen, pg=pg or [], depth=depth, batch=batch, ubatch=ubatch,
+                       threads=threads, n_gpu_layers=n_gpu_layers, flash_attn=flash_attn,
+                       kv_type=kv_type, device=device, dtype=dtype, reps=reps,
+                       ci_target=ci_target, max_reps=max_reps, max_time=max_time, delay=delay,
+                       sustained=sustained, model_name=model_name, seed=seed)
+    config = build_config(flags)
+    conn = _open_store(db)
+    from strata.commands.bench import print_outcome, run_bench
+
+    outcome = run_bench(conn, config, err)
+    print_outcome(outcome, fmt, out, err)
+    if outcome.status == "incomplete":
+        raise typer.Exit(130)
+
+
+def _print_presets() -> None:
+    from rich.table import Table
+
+    from strata.models.presets import default_model, list_presets
+
+    t = Table(title=f"Synthetic presets (default {default_model()})", title_justify="left")
+    for col in ("preset", "arch", "layers", "hidden", "heads/kv", "vocab", "source"):
+        t.add_column(col)
+    for p in list_presets():
+        t.add_row(p.name, p.arch, str(p.n_layers), str(p.hidden),
+                  f"{p.n_heads}/{p.n_kv_heads}", str(p.vocab), p.source)
+    out.print(t)
+    out.print("quantisations: @f32 @f16 @q8_0 @q4_0 (GGUF); torch runs the f16/f32 weights")
+
+
 @app.command()
 def hosts(
     json_out: Annotated[bool, typer.Option("--json", help="Print as JSON.")] = False,

@@ -16,7 +16,7 @@ NONE_WORDS = ("none", "")
 
 
 @dataclass(frozen=True, order=True)
-class Test:
+class BenchTest:
     n_prompt: int
     n_gen: int
     depth: int = 0
@@ -90,11 +90,11 @@ def parse_pairs(flag: str, items: list[str]) -> list[tuple[int, int]]:
 
 
 def build_tests(prompts: list[int], gens: list[int], pairs: list[tuple[int, int]],
-                depths: list[int]) -> list[Test]:
+                depths: list[int]) -> list[BenchTest]:
     """Every pp, tg and pp+tg test at every depth, in llama-bench's order."""
-    tests = [Test(p, 0, d) for d in depths for p in prompts]
-    tests += [Test(0, n, d) for d in depths for n in gens]
-    tests += [Test(p, n, d) for d in depths for p, n in pairs]
+    tests = [BenchTest(p, 0, d) for d in depths for p in prompts]
+    tests += [BenchTest(0, n, d) for d in depths for n in gens]
+    tests += [BenchTest(p, n, d) for d in depths for p, n in pairs]
     if not tests:
         raise InputError("no tests selected: give -p, -n or --pg sizes")
     return tests

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from strata.errors import InputError
@@ -61,13 +63,20 @@ def migrate(conn: sqlite3.Connection, migrations: list[tuple[int, list[str]]]) -
     for version, statements in migrations:
         if version <= current:
             continue
-        conn.execute("BEGIN IMMEDIATE")
-        try:
+        with transaction(conn):
             for sql in statements:
                 conn.execute(sql)
             conn.execute("INSERT INTO schema_version(version) VALUES (?)", (version,))
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
     return newest
+
+
+@contextmanager
+def transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    """All-or-nothing writes: a result and its samples land together or not at all."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield conn
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")

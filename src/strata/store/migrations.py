@@ -28,4 +28,42 @@ MIGRATIONS: list[tuple[int, list[str]]] = [
         )""",
         "CREATE INDEX measurements_host_kind ON measurements(fingerprint, kind, created_at)",
     ]),
+    (2, [
+        """CREATE TABLE runs (
+            id           INTEGER PRIMARY KEY AUTOINCREMENT,
+            fingerprint  TEXT NOT NULL REFERENCES hosts(fingerprint),
+            command      TEXT NOT NULL,          -- 'bench', ...
+            argv         TEXT NOT NULL,          -- JSON list, as typed
+            config       TEXT NOT NULL,          -- JSON: full sweep configuration
+            status       TEXT NOT NULL,          -- running | complete | incomplete | failed
+            started_at   TEXT NOT NULL,
+            finished_at  TEXT,
+            strata       TEXT NOT NULL,
+            git_commit   TEXT
+        )""",
+        """CREATE TABLE results (
+            id           INTEGER PRIMARY KEY AUTOINCREMENT,
+            run_id       INTEGER NOT NULL REFERENCES runs(id),
+            model        TEXT NOT NULL,
+            backend      TEXT NOT NULL,
+            test         TEXT NOT NULL,          -- pp512, tg128, pp512+tg128 @ d1024
+            n_prompt     INTEGER NOT NULL,
+            n_gen        INTEGER NOT NULL,
+            n_depth      INTEGER NOT NULL,
+            load_config  TEXT NOT NULL,          -- JSON LoadConfig
+            metrics      TEXT NOT NULL,          -- JSON: metric -> Summary (mean, sd, n, ...)
+            explain      TEXT,                   -- JSON Explanation (absent for endpoints)
+            telemetry    TEXT,                   -- JSON telemetry summary + verdict
+            info         TEXT NOT NULL,          -- JSON: backend versions, model spec summary
+            created_at   TEXT NOT NULL
+        )""",
+        """CREATE TABLE samples (
+            result_id    INTEGER NOT NULL REFERENCES results(id),
+            metric       TEXT NOT NULL,
+            idx          INTEGER NOT NULL,
+            value        REAL NOT NULL,
+            PRIMARY KEY (result_id, metric, idx)
+        )""",
+        "CREATE INDEX results_run ON results(run_id)",
+    ]),
 ]

@@ -1,0 +1,125 @@
+"""Why that fast: bytes per token, roofline ceilings, efficiency η and the bound (DESIGN §3).
+
+decode ceiling (t/s) = measured bandwidth / bytes read per decoded token
+prefill ceiling (t/s) = measured FLOP/s / FLOPs per prompt token
+η = achieved / ceiling. η < 0.4 is suspect (offload, wrong backend, throttling);
+η > 1.05 means our model of the bytes is wrong — reported, never hidden.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from strata.bench.scenario import BenchTest
+from strata.measure.roofline import DeviceRoofline
+from strata.models.spec import ModelSpec
+
+ETA_LOW, ETA_HIGH = 0.4, 1.05
+
+# KV cache bytes per element by cache type (GGUF block sizes: q8_0 34 B / 32, q4_0 18 B / 32).
+KV_BYTES = {"f32": 4.0, "f16": 2.0, "bf16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32,
+            "float32": 4.0, "float16": 2.0, "bfloat16": 2.0}
+
+# Which measured matmul figure bounds prefill for a given weight storage type. Quantised
+# GGUF weights are multiplied with int8 dot products where the CPU has them, else in fp32.
+COMPUTE_DTYPE = {"F32": "fp32", "float32": "fp32", "F16": "fp16", "float16": "fp16",
+                 "BF16": "bf16", "bfloat16": "bf16", "Q8_0": "int8", "Q4_0": "int8"}
+
+
+@dataclass
+class Explanation:
+    bytes_per_token: float  # weights streamed + KV read, per decoded token
+    weight_bytes_per_token: float
+    kv_bytes_per_token: float
+    flops_per_prompt_token: float
+    device: str
+    bandwidth_gbs: float | None
+    compute_dtype: str | None
+    compute_gflops: float | None
+    decode_ceiling_tps: float | None = None
+    prefill_ceiling_tps: float | None = None
+    decode_eta: float | None = None
+    prefill_eta: float | None = None
+    bound: str | None = None  # "memory" or "compute" for the test's main phase
+    verdict: list[str] = field(default_factory=list)
+    basis: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def runtime_weight_bytes(spec: ModelSpec, runtime_dtype: str | None) -> float:
+    """Streamed weight bytes as the backend holds them: a torch backend that loaded f16
+    weights as bf16/f32 reads runtime_dtype bytes per parameter, not the file's."""
+    if runtime_dtype is None:
+        return float(spec.streamed_weight_bytes())
+    return spec.active_params() * KV_BYTES[runtime_dtype]
+
+
+def explain(spec: ModelSpec, test: BenchTest, roof: DeviceRoofline, kv_type: str,
+            runtime_dtype: str | None, achieved: dict[str, float | None]) -> Explanation:
+    """Ceilings and η for one test. `achieved` holds the measured mean t/s figures."""
+    kv_per_elem = KV_BYTES.get(kv_type, 2.0)
+    mid_ctx = test.depth + test.n_prompt + test.n_gen / 2  # average context while decoding
+    weights = runtime_weight_bytes(spec, runtime_dtype)
+    kv = spec.kv_bytes(int(mid_ctx), kv_per_elem)
+    dtype = COMPUTE_DTYPE.get(runtime_dtype or spec.main_dtype())
+    gflops = roof.peak_gflops(dtype) if dtype else None
+    if gflops is None and dtype != "fp32" and roof.peak_gflops("fp32"):
+        dtype, gflops = "fp32", roof.peak_gflops("fp32")
+    ex = Explanation(bytes_per_token=weights + kv, weight_bytes_per_token=weights,
+                     kv_bytes_per_token=kv,
+                     flops_per_prompt_token=spec.flops_per_token(test.depth + test.n_prompt // 2),
+                     device=roof.device, bandwidth_gbs=roof.peak_bandwidth_gbs(),
+                     compute_dtype=dtype, compute_gflops=gflops)
+    _ceilings(ex)
+    _etas(ex, achieved)
+    ex.bound = _bound(ex, test)
+    ex.verdict = _verdicts(ex)
+    ex.basis = [f"bytes/token from {len(spec.tensors)} tensors' stored types"
+                + (f" at runtime dtype {runtime_dtype}" if runtime_dtype else "")
+                + f" + KV {kv_type} at context {int(mid_ctx)}",
+                f"bandwidth: best STREAM rate of {roof.device}",
+                f"FLOP/s: measured {dtype} matmul" if dtype else "FLOP/s: not measured"]
+    return ex
+
+
+def _ceilings(ex: Explanation) -> None:
+    if ex.bandwidth_gbs:
+        ex.decode_ceiling_tps = ex.bandwidth_gbs * 1e9 / ex.bytes_per_token
+    if ex.compute_gflops:
+        ex.prefill_ceiling_tps = ex.compute_gflops * 1e9 / ex.flops_per_prompt_token
+
+
+def _etas(ex: Explanation, achieved: dict[str, float | None]) -> None:
+    dec, pre = achieved.get("decode_tps"), achieved.get("prefill_tps")
+    if dec and ex.decode_ceiling_tps:
+        ex.decode_eta = dec / ex.decode_ceiling_tps
+    if pre and ex.prefill_ceiling_tps:
+        ex.prefill_eta = pre / ex.prefill_ceiling_tps
+
+
+def _bound(ex: Explanation, test: BenchTest) -> str | None:
+    """Arithmetic intensity of the test's main phase vs the device's ridge point."""
+    if not (ex.bandwidth_gbs and ex.compute_gflops):
+        return None
+    ridge = ex.compute_gflops / ex.bandwidth_gbs  # FLOP per byte
+    tokens_per_weight_pass = test.n_prompt if test.kind == "pp" else 1
+    intensity = ex.flops_per_prompt_token * tokens_per_weight_pass / ex.bytes_per_token
+    return "compute" if intensity >= ridge else "memory"
+
+
+def _verdicts(ex: Explanation) -> list[str]:
+    out = []
+    for phase, eta in (("decode", ex.decode_eta), ("prefill", ex.prefill_eta)):
+        if eta is None:
+            continue
+        if eta > ETA_HIGH:
+            out.append(f"{phase} η {eta:.2f} > {ETA_HIGH}: faster than the roofline allows — the "
+                       "byte/FLOP model or the measured peak is wrong here (e.g. weights "
+                       "served from cache, or a peak measured under load)")
+        elif eta < ETA_LOW:
+            out.append(f"{phase} η {eta:.2f} < {ETA_LOW}: far below the roofline — suspect "
+                       "partial offload, a slow backend path for this dtype, or throttling")
+    return out

@@ -1,0 +1,85 @@
+"""One flat record per stored result: the schema every printer reads (DESIGN §2 principle 4).
+
+Field names follow llama-bench's JSON/CSV output where a field maps (model_filename,
+n_prompt, n_gen, n_depth, avg_ts, stddev_ts, samples_ts, avg_ns, ...); strata's own fields
+(backend, eta, bound, ttft_ms, ...) are added next to them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from strata.bench.scenario import BenchTest
+from strata.store.runs import StoredResult
+
+PRIMARY = {"pp": "prefill_tps", "tg": "decode_tps", "pg": "combined_tps"}
+
+
+def _primary(r: StoredResult) -> dict[str, Any]:
+    kind = BenchTest(r.n_prompt, r.n_gen, r.n_depth).kind
+    return r.metrics.get(PRIMARY[kind], {})
+
+
+def _ms(r: StoredResult, metric: str, stat: str) -> float | None:
+    value = r.metrics.get(metric, {}).get(stat)
+    return value * 1e3 if value is not None else None
+
+
+def record(r: StoredResult) -> dict[str, Any]:
+    prim = _primary(r)
+    e2e = r.metrics.get("e2e_s", {})
+    model = r.info.get("model", {})
+    lc = r.load_config
+    ex = r.explain or {}
+    verdict = (r.telemetry or {}).get("verdict", {})
+    kind = BenchTest(r.n_prompt, r.n_gen, r.n_depth).kind
+    eta = ex.get("prefill_eta") if kind == "pp" else ex.get("decode_eta")
+    return {
+        # llama-bench fields
+        "model_filename": r.model, "model_type": _model_type(model),
+        "model_size": model.get("weight_bytes"), "model_n_params": model.get("params"),
+        "n_batch": lc.get("batch"), "n_ubatch": lc.get("ubatch"),
+        "n_threads": r.info.get("threads", lc.get("threads")),
+        "n_gpu_layers": lc.get("n_gpu_layers"), "flash_attn": lc.get("flash_attn"),
+        "type_k": lc.get("kv_type"), "type_v": lc.get("kv_type"),
+        "n_prompt": r.n_prompt, "n_gen": r.n_gen, "n_depth": r.n_depth,
+        "test_time": r.created_at,
+        "avg_ns": e2e.get("mean", 0) * 1e9, "stddev_ns": e2e.get("sd", 0) * 1e9,
+        "avg_ts": prim.get("mean"), "stddev_ts": prim.get("sd"),
+        "samples_ns": [s * 1e9 for s in e2e.get("samples", [])],
+        "samples_ts": prim.get("samples", []),
+        # strata fields
+        "backend": r.backend, "test": r.test, "n": prim.get("n"),
+        "prefill_ts": r.metrics.get("prefill_tps", {}).get("mean"),
+        "decode_ts": r.metrics.get("decode_tps", {}).get("mean"),
+        "ttft_ms": _ms(r, "ttft_s", "mean"), "tpot_ms": _ms(r, "tpot_s", "mean"),
+        "itl_p50_ms": _ms(r, "itl_s", "median"), "itl_p90_ms": _ms(r, "itl_s", "p90"),
+        "itl_p99_ms": _ms(r, "itl_s", "p99"), "e2e_ms": _ms(r, "e2e_s", "mean"),
+        "eta": eta, "bound": ex.get("bound"),
+        "decode_ceiling_ts": ex.get("decode_ceiling_tps"),
+        "prefill_ceiling_ts": ex.get("prefill_ceiling_tps"),
+        "bytes_per_token": ex.get("bytes_per_token"),
+        "peak_rss_bytes": r.info.get("memory", {}).get("peak_proc.rss_bytes"),
+        "throttled": verdict.get("throttled"),
+        "stop_reason": r.info.get("stop_reason"),
+        "notes": r.info.get("notes", []) + ex.get("verdict", []) + _sustained_note(r),
+        "sustained": r.info.get("sustained"),
+    }
+
+
+def _sustained_note(r: StoredResult) -> list[str]:
+    s = r.info.get("sustained")
+    if not s or s.get("drop") is None:
+        return []
+    flags = {True: "throttling seen", False: "no throttling seen", None: "throttling unknown"}
+    return [f"sustained {s['seconds']:g} s: first {s['window_s']:g} s {s['first_tps']:.2f} t/s, "
+            f"last {s['window_s']:g} s {s['last_tps']:.2f} t/s (drop {s['drop']:+.1%}); "
+            f"{flags[s.get('throttled')]}"]
+
+
+def _model_type(model: dict[str, Any]) -> str | None:
+    if "arch" not in model:
+        return None
+    params = model.get("params") or 0
+    size = f"{params / 1e9:.1f}B" if params >= 1e9 else f"{params / 1e6:.0f}M"
+    return f"{model['arch']} {size} {model.get('dtype', '?')}"

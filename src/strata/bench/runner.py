@@ -1,0 +1,244 @@
+"""Run a planned sweep: load each model once, warm up, repeat each test to its CI target,
+explain it against the roofline, and store it the moment it is finished.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from strata.backends import ACCEPTS, create
+from strata.backends.base import Backend, BackendUnavailable, RunRequest, RunTrace
+from strata.bench.explain import explain
+from strata.bench.metrics import RunMetrics, compute, generated
+from strata.bench.plan import BenchConfig, Job, RepPolicy, plan
+from strata.bench.scenario import BenchTest
+from strata.bench.sustained import run_sustained, summarize_timeline
+from strata.hardware.telemetry import Sampler
+from strata.measure.roofline import Roofline
+from strata.measure.stats import summarize
+from strata.models.source import ResolvedModel, resolve
+from strata.store.runs import StoredResult
+
+
+@dataclass
+class Events:
+    """Progress callbacks (the CLI draws a progress bar; tests may record)."""
+
+    job_started: Callable[[Job], None] = lambda job: None
+    rep_done: Callable[[Job, BenchTest, int], None] = lambda job, test, i: None
+    test_done: Callable[[StoredResult], None] = lambda result: None
+    skipped: Callable[[str, str], None] = lambda what, why: None
+
+
+@dataclass
+class Outcome:
+    results: list[StoredResult] = field(default_factory=list)
+    skipped: list[tuple[str, str]] = field(default_factory=list)  # (what, reason)
+
+
+def resolve_all(config: BenchConfig) -> dict[str, ResolvedModel]:
+    """Resolve every model before anything runs: a bad path fails in a second, not an hour in."""
+    return {ref: resolve(ref, config.model_name) for ref in config.models}
+
+
+class Runner:
+    def __init__(self, config: BenchConfig, roofline: Roofline | None,
+                 store: Callable[[StoredResult], StoredResult], events: Events | None = None):
+        self.config, self.roofline, self.store = config, roofline, store
+        self.events = events or Events()
+        self.rng = random.Random(config.seed)
+
+    def run(self, models: dict[str, ResolvedModel]) -> Outcome:
+        out = Outcome()
+        for job in plan(self.config):
+            self._run_job(job, models[job.model], out)
+        return out
+
+    # -- one model load --------------------------------------------------------------------
+    def _run_job(self, job: Job, model: ResolvedModel, out: Outcome) -> None:
+        what = f"{job.model} on {job.backend}"
+        reason = _incompatible(model, job.backend)
+        if reason:
+            self._skip(out, what, reason)
+            return
+        try:
+            backend = create(job.backend)
+            self.events.job_started(job)
+            backend.load(model, job.load)
+        except BackendUnavailable as exc:
+            self._skip(out, what, str(exc))
+            return
+        try:
+            if self.config.sustained_s:
+                out.results.append(self.store(self._run_sustained(backend, job, model)))
+                self.events.test_done(out.results[-1])
+                return
+            for i, test in enumerate(job.tests):
+                if i and self.config.delay_s:
+                    time.sleep(self.config.delay_s)  # --delay: cool down between tests
+                out.results.append(self.store(self._run_test(backend, job, model, test)))
+                self.events.test_done(out.results[-1])
+        finally:
+            backend.close()
+
+    def _skip(self, out: Outcome, what: str, why: str) -> None:
+        out.skipped.append((what, why))
+        self.events.skipped(what, why)
+
+    # -- one test -----------------------------------------------------------------------
+    def _request(self, backend: Backend, test: BenchTest) -> RunRequest:
+        """Fresh random tokens every repetition: prompt caches never help (DESIGN §3)."""
+        seed = self.rng.randrange(1 << 30)
+        bos = backend.bos()
+        head = [bos] if bos is not None else []
+        depth = (head + backend.random_tokens(test.depth - len(head), seed)) if test.depth else []
+        first = head if not depth else []
+        prompt = (first + backend.random_tokens(test.n_prompt - len(first), seed + 1)
+                  if test.n_prompt else [])
+        return RunRequest(tuple(depth), tuple(prompt), test.n_gen)
+
+    def _run_test(self, backend: Backend, job: Job, model: ResolvedModel,
+                  test: BenchTest) -> StoredResult:
+        policy = self.config.reps
+        if policy.warmup:
+            backend.run(self._request(backend, test))  # not recorded
+        runs: list[RunMetrics] = []
+        counts: list[tuple[int, int, int | None, int | None]] = []
+        notes: set[str] = set()
+        with Sampler(interval_s=0.25) as sampler:
+            stop_reason = self._repeat(backend, job, test, policy, runs, counts, notes)
+        return self._result(backend, job, model, test, runs, counts, notes, stop_reason,
+                            sampler)
+
+    def _repeat(self, backend: Backend, job: Job, test: BenchTest, policy: RepPolicy,
+                runs: list[RunMetrics], counts: list, notes: set[str]) -> str:
+        spent = 0.0
+        while True:
+            trace = backend.run(self._request(backend, test))
+            metrics = compute(trace)
+            runs.append(metrics)
+            counts.append((trace.n_prompt, generated(trace), trace.n_prompt_reported,
+                           trace.n_gen_reported))
+            notes.update(trace.notes)
+            spent += metrics.e2e_s
+            self.events.rep_done(job, test, len(runs))
+            reason = _stop(runs, test, policy, spent)
+            if reason:
+                return reason
+
+    def _run_sustained(self, backend: Backend, job: Job, model: ResolvedModel) -> StoredResult:
+        """Back-to-back tg requests for --sustained seconds, sampled at 1 s."""
+        seconds = float(self.config.sustained_s or 0)
+        test = next((t for t in job.tests if t.kind == "tg"), BenchTest(0, 32))
+        backend.run(self._request(backend, test))  # warm-up
+        runs: list[RunMetrics] = []
+
+        def step() -> RunTrace:
+            trace = backend.run(self._request(backend, test))
+            runs.append(compute(trace))
+            self.events.rep_done(job, test, len(runs))
+            return trace
+
+        with Sampler(interval_s=1.0) as sampler:
+            timeline = run_sustained(step, seconds)
+        report = summarize_timeline(timeline, seconds)
+        tele = sampler.summary()
+        report.throttled = tele.verdict.throttled
+        report.evidence = list(tele.verdict.evidence)
+        result = self._result(backend, job, model, test, runs, [(0, test.n_gen, None, None)],
+                              set(), f"sustained {seconds:g} s", sampler)
+        result.test = f"sustained {test.name} {seconds:g}s"
+        result.info["sustained"] = report.to_dict()
+        return result
+
+    def _result(self, backend: Backend, job: Job, model: ResolvedModel, test: BenchTest,
+                runs: list[RunMetrics], counts: list, notes: set[str], stop_reason: str,
+                sampler: Sampler) -> StoredResult:
+        metrics = _summaries(runs)
+        tele = sampler.summary()
+        info = dict(backend.info())
+        info.update(stop_reason=stop_reason, notes=sorted(notes), tokens=_token_counts(counts),
+                    memory=_memory(tele.to_dict()),
+                    energy_j_per_token=_energy_per_token(tele.to_dict(), runs, test),
+                    model=model.spec.to_dict() if model.spec else {"endpoint": model.endpoint})
+        ex = self._explain(model, job, test, info, metrics)
+        return StoredResult(model=job.model, backend=job.backend, test=test.name,
+                            n_prompt=test.n_prompt, n_gen=test.n_gen, n_depth=test.depth,
+                            load_config=asdict(job.load), metrics=metrics,
+                            explain=ex, telemetry=tele.to_dict(), info=info)
+
+    def _explain(self, model: ResolvedModel, job: Job, test: BenchTest, info: dict[str, Any],
+                 metrics: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
+        if model.spec is None:
+            info["explain_absent"] = "endpoint: the weights' types are unknown to strata"
+            return None
+        device = info.get("device") or ("cuda:0" if job.load.n_gpu_layers > 0 else "cpu")
+        roof = self.roofline.device(device) if self.roofline else None
+        if roof is None:
+            info["explain_absent"] = f"no measured roofline for {device} on this host"
+            return None
+        achieved = {k: v["mean"] for k, v in metrics.items() if k.endswith("_tps")}
+        dtype = info.get("dtype")
+        runtime = str(dtype).removeprefix("torch.") if dtype else None
+        return explain(model.spec, test, roof, job.load.kv_type, runtime, achieved).to_dict()
+
+
+def _incompatible(model: ResolvedModel, backend: str) -> str | None:
+    accepts = ACCEPTS.get(backend, ())
+    have = ("endpoint",) if model.kind == "endpoint" else tuple(model.artefacts)
+    if not set(accepts) & set(have):
+        return (f"the {backend} backend needs a {' or '.join(accepts)} model; "
+                f"{model.ref} is a {model.kind} model")
+    return None
+
+
+def _stop(runs: list[RunMetrics], test: BenchTest, policy: RepPolicy, spent: float) -> str | None:
+    if len(runs) >= policy.max_reps:
+        return f"max reps ({policy.max_reps})"
+    if len(runs) < policy.min_reps:
+        return None
+    if spent >= policy.max_time_s:
+        return f"time limit ({policy.max_time_s:g} s)"
+    values = [getattr(r, test.primary_metric) for r in runs]
+    if None in values:
+        return None
+    ci = summarize(values).rel_ci95
+    return f"95% CI within {policy.target_rel_ci:.0%}" if ci <= policy.target_rel_ci else None
+
+
+def _summaries(runs: list[RunMetrics]) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for key in ("prefill_tps", "decode_tps", "combined_tps", "ttft_s", "tpot_s", "e2e_s"):
+        values = [getattr(r, key) for r in runs if getattr(r, key) is not None]
+        if values:
+            out[key] = summarize(values).to_dict()
+    itl = [x for r in runs for x in r.itl_s]
+    if itl:
+        out["itl_s"] = summarize(itl).to_dict()  # pooled over repetitions, per token
+    return out
+
+
+def _token_counts(counts: list) -> dict[str, Any]:
+    """Token counts seen per repetition; reported ones come from the server's `usage`."""
+    prompt, gen, prompt_rep, gen_rep = zip(*counts, strict=True)
+    return {"prompt": sorted(set(prompt)), "generated": sorted(set(gen)),
+            "prompt_reported": sorted({p for p in prompt_rep if p is not None}),
+            "generated_reported": sorted({g for g in gen_rep if g is not None})}
+
+
+def _memory(tele: dict[str, Any]) -> dict[str, float]:
+    """Peak RSS and device memory, sampled outside the timed thread (DESIGN §3)."""
+    out = {}
+    for key, stats in tele.get("metrics", {}).items():
+        if key == "proc.rss_bytes" or key.endswith("mem_used_bytes"):
+            out[f"peak_{key}"] = stats["max"]
+    return out
+
+
+def _energy_per_token(tele: dict[str, Any], runs: list[RunMetrics], test: BenchTest) -> dict:
+    tokens = len(runs) * (test.n_prompt + test.n_gen)
+    return {k: j / tokens for k, j in tele.get("energy_j", {}).items()} if tokens else {}

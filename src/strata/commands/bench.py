@@ -1,0 +1,131 @@
+"""`strata bench`: host + roofline, pre-flight checks, the sweep, storage, printing."""
+
+from __future__ import annotations
+
+import sqlite3
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from strata.bench.plan import BenchConfig, Job
+from strata.bench.records import record
+from strata.bench.runner import Events, Outcome, Runner, resolve_all
+from strata.errors import InputError
+from strata.hardware.microbench import measure_host
+from strata.hardware.probe import probe_host
+from strata.hardware.profile import HostProfile
+from strata.measure.roofline import Roofline
+from strata.models.source import ResolvedModel
+from strata.store.hosts import latest_measurement, save_host, save_measurement
+from strata.store.runs import StoredResult, add_result, finish_run, start_run
+
+# Weights must leave this share of available RAM free for activations, KV cache and the OS.
+RAM_HEADROOM = 0.9
+
+
+@dataclass
+class BenchOutcome:
+    run_id: int
+    status: str
+    records: list[dict[str, Any]] = field(default_factory=list)
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+
+
+def host_and_roofline(conn: sqlite3.Connection, console: Console) -> tuple[HostProfile, str,
+                                                                          Roofline]:
+    """This host's record and roofline; measures the roofline first if the host has none."""
+    with console.status("probing host…"):
+        profile = probe_host(smoke=False)
+        fingerprint = save_host(conn, profile)
+    stored = latest_measurement(conn, fingerprint, "roofline")
+    if stored:
+        return profile, fingerprint, Roofline.from_dict(stored)
+    console.print("no roofline stored for this host yet: measuring it once "
+                  "(strata probe --measure)…")
+    with console.status("measuring roofline…") as status:
+        roof = measure_host(profile, progress=lambda m: status.update(f"measuring: {m}"))
+    save_measurement(conn, fingerprint, "roofline", roof.to_dict())
+    return profile, fingerprint, roof
+
+
+def check_fits(models: dict[str, ResolvedModel], profile: HostProfile,
+               config: BenchConfig) -> None:
+    """A model larger than memory is an input error, before anything is loaded."""
+    on_cpu = any(lc.n_gpu_layers == 0 and lc.device == "cpu" for lc in config.loads)
+    free = profile.cpu.ram_available_bytes
+    if not (on_cpu and free):
+        return
+    for ref, model in models.items():
+        need = model.spec.weight_bytes() if model.spec else 0
+        if need > free * RAM_HEADROOM:
+            raise InputError(f"MODEL {ref}: weights need {need / 2**30:.1f} GiB but only "
+                             f"{free / 2**30:.1f} GiB of RAM is available; choose a smaller "
+                             "quantisation (e.g. @q4_0) or offload with -ngl")
+
+
+def _progress(console: Console, total: int, tests_per_job: list[Any]) -> tuple[Progress, Events]:
+    bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                   TimeElapsedColumn(), console=console, transient=True)
+    task = bar.add_task("starting", total=total)
+
+    def started(job: Job) -> None:
+        bar.update(task, description=f"{job.model} · {job.backend}: loading")
+
+    def rep(job: Job, test: Any, i: int) -> None:
+        bar.update(task, description=f"{job.model} · {job.backend} · {test.name} · rep {i}")
+
+    def skipped(_what: str, _why: str) -> None:
+        bar.advance(task, len(tests_per_job))  # listed with the results at the end
+
+    return bar, Events(job_started=started, rep_done=rep,
+                       test_done=lambda _r: bar.advance(task), skipped=skipped)
+
+
+def run_bench(conn: sqlite3.Connection, config: BenchConfig, console: Console) -> BenchOutcome:
+    models = resolve_all(config)  # bad paths and damaged files fail here, in seconds
+    profile, fingerprint, roof = host_and_roofline(conn, console)
+    check_fits(models, profile, config)
+    run_id = start_run(conn, fingerprint, "bench", sys.argv[1:], config.to_dict())
+    done: list[StoredResult] = []
+
+    def store(r: StoredResult) -> StoredResult:
+        r.run_id, r.id = run_id, add_result(conn, run_id, r)
+        done.append(r)
+        return r
+
+    total = len(config.models) * len(config.backends) * len(config.loads) * len(config.tests)
+    bar, events = _progress(console, total, config.tests)
+    status = "failed"
+    outcome = Outcome()
+    try:
+        with bar:
+            outcome = Runner(config, roof, store, events).run(models)
+        status = "complete"
+    except KeyboardInterrupt:
+        status = "incomplete"  # Ctrl-C: keep what finished, say so, print it
+    finally:
+        finish_run(conn, run_id, status)
+        if status != "complete":
+            console.print(f"run {run_id} marked {status}: {len(done)} finished result(s) kept")
+    return BenchOutcome(run_id, status, [record(r) for r in done], outcome.skipped)
+
+
+def print_outcome(outcome: BenchOutcome, fmt: str, out: Console, err: Console) -> None:
+    """Table (default) or a machine format on stdout; skips and verdict notes on stderr."""
+    from strata.store.export import FORMATS
+    from strata.views.bench import bench_table, notes_lines
+
+    if fmt == "table":
+        if outcome.records:
+            out.print(bench_table(outcome.records, title=f"strata bench · run {outcome.run_id}"))
+        for line in notes_lines(outcome.records):
+            err.print(f"[dim]note[/dim] {line}", highlight=False)
+    else:
+        out.file.write(FORMATS[fmt](outcome.records))
+    for what, why in outcome.skipped:
+        err.print(f"[yellow]skipped[/yellow] {what}: {why}", highlight=False)
+    if not outcome.records:
+        err.print("no results: every backend/model pair was skipped (see above)")

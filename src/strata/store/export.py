@@ -1,0 +1,53 @@
+"""Machine formats for result records: md, csv, json, jsonl (a registry, one function each)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Callable
+from typing import Any
+
+Record = dict[str, Any]
+MD_COLUMNS = ("model_filename", "backend", "test", "avg_ts", "stddev_ts", "eta", "bound", "n")
+
+
+def _json(records: list[Record]) -> str:
+    return json.dumps(records, indent=2, default=str)
+
+
+def _jsonl(records: list[Record]) -> str:
+    return "".join(json.dumps(r, default=str) + "\n" for r in records)
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, list):
+        return ";".join(_cell(v) for v in value)
+    return "" if value is None else str(value)
+
+
+def _csv(records: list[Record]) -> str:
+    if not records:
+        return ""
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=list(records[0]), lineterminator="\n")
+    writer.writeheader()
+    for r in records:
+        writer.writerow({k: _cell(v) for k, v in r.items()})
+    return buf.getvalue()
+
+
+def _md(records: list[Record]) -> str:
+    head = "| " + " | ".join(MD_COLUMNS) + " |\n"
+    rule = "| " + " | ".join("---:" if c in ("avg_ts", "stddev_ts", "eta", "n") else "---"
+                             for c in MD_COLUMNS) + " |\n"
+    rows = "".join("| " + " | ".join(_cell(r.get(c)) for c in MD_COLUMNS) + " |\n"
+                   for r in records)
+    return head + rule + rows
+
+
+FORMATS: dict[str, Callable[[list[Record]], str]] = {
+    "md": _md, "csv": _csv, "json": _json, "jsonl": _jsonl,
+}

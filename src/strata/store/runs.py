@@ -1,0 +1,101 @@
+"""Benchmark runs and their results in the results DB.
+
+A run row is written first with status 'running'; each finished test's result and raw
+samples are committed together as soon as they exist, so Ctrl-C or a crash keeps every
+finished result, and the run is then marked 'incomplete'.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+from strata import __version__
+from strata.store.db import transaction
+from strata.store.hosts import git_commit
+
+RUN_STATUSES = ("running", "complete", "incomplete", "failed")
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def start_run(conn: sqlite3.Connection, fingerprint: str, command: str, argv: list[str],
+              config: dict[str, Any]) -> int:
+    cur = conn.execute(
+        "INSERT INTO runs(fingerprint, command, argv, config, status, started_at, strata,"
+        " git_commit) VALUES (?, ?, ?, ?, 'running', ?, ?, ?)",
+        (fingerprint, command, json.dumps(argv), json.dumps(config, default=str), _now(),
+         __version__, git_commit()))
+    return int(cur.lastrowid or 0)
+
+
+def finish_run(conn: sqlite3.Connection, run_id: int, status: str) -> None:
+    if status not in RUN_STATUSES:
+        raise ValueError(f"unknown run status {status}")
+    conn.execute("UPDATE runs SET status = ?, finished_at = ? WHERE id = ?",
+                 (status, _now(), run_id))
+
+
+@dataclass
+class StoredResult:
+    """One finished test, as stored (and as every printer reads it)."""
+
+    model: str
+    backend: str
+    test: str
+    n_prompt: int
+    n_gen: int
+    n_depth: int
+    load_config: dict[str, Any]
+    metrics: dict[str, dict[str, Any]]  # metric -> Summary.to_dict()
+    explain: dict[str, Any] | None
+    telemetry: dict[str, Any] | None
+    info: dict[str, Any]
+    run_id: int = 0
+    id: int = 0
+    created_at: str = ""
+
+
+def add_result(conn: sqlite3.Connection, run_id: int, r: StoredResult) -> int:
+    with transaction(conn):
+        cur = conn.execute(
+            "INSERT INTO results(run_id, model, backend, test, n_prompt, n_gen, n_depth,"
+            " load_config, metrics, explain, telemetry, info, created_at)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (run_id, r.model, r.backend, r.test, r.n_prompt, r.n_gen, r.n_depth,
+             json.dumps(r.load_config), json.dumps(r.metrics), _dump(r.explain),
+             _dump(r.telemetry), json.dumps(r.info, default=str), _now()))
+        result_id = int(cur.lastrowid or 0)
+        conn.executemany(
+            "INSERT INTO samples(result_id, metric, idx, value) VALUES (?, ?, ?, ?)",
+            [(result_id, metric, i, float(v)) for metric, summary in r.metrics.items()
+             for i, v in enumerate(summary.get("samples", []))])
+    return result_id
+
+
+def _dump(value: Any) -> str | None:
+    return json.dumps(value, default=str) if value is not None else None
+
+
+def results_of_run(conn: sqlite3.Connection, run_id: int) -> list[StoredResult]:
+    rows = conn.execute("SELECT * FROM results WHERE run_id = ? ORDER BY id", (run_id,))
+    return [_result(row) for row in rows.fetchall()]
+
+
+def _result(row: sqlite3.Row) -> StoredResult:
+    loads = {k: json.loads(row[k]) if row[k] is not None else None
+             for k in ("load_config", "metrics", "explain", "telemetry", "info")}
+    return StoredResult(model=row["model"], backend=row["backend"], test=row["test"],
+                        n_prompt=row["n_prompt"], n_gen=row["n_gen"], n_depth=row["n_depth"],
+                        run_id=row["run_id"], id=row["id"], created_at=row["created_at"],
+                        **loads)
+
+
+def run_status(conn: sqlite3.Connection, run_id: int) -> str | None:
+    row = conn.execute("SELECT status FROM runs WHERE id = ?", (run_id,)).fetchone()
+    return row["status"] if row else None

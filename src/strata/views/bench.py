@@ -1,0 +1,49 @@
+"""Terminal table of bench results: model, backend, test, t/s ± SD, η, bound."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.table import Table
+from rich.text import Text
+
+
+def _eta(value: float | None) -> Text:
+    if value is None:
+        return Text("-", style="dim")
+    style = "red" if value < 0.4 or value > 1.05 else ("yellow" if value < 0.6 else "green")
+    return Text(f"{value:.2f}", style=style)
+
+
+def _tps(r: dict[str, Any]) -> str:
+    if r["avg_ts"] is None:
+        return "-"
+    return f"{r['avg_ts']:,.2f} ± {r['stddev_ts'] or 0:,.2f}"
+
+
+def bench_table(records: list[dict[str, Any]], title: str = "strata bench") -> Table:
+    t = Table(title=title, title_justify="left")
+    for col, just in (("model", "left"), ("backend", "left"), ("test", "left"),
+                      ("t/s", "right"), ("n", "right"), ("ceiling t/s", "right"),
+                      ("η", "right"), ("bound", "left"), ("TTFT ms", "right")):
+        t.add_column(col, justify=just)  # type: ignore[arg-type]
+    for r in records:
+        ceiling = r["prefill_ceiling_ts"] if r["test"].startswith("pp") and "+" not in r["test"] \
+            else r["decode_ceiling_ts"]
+        t.add_row(r["model_filename"], r["backend"], r["test"], _tps(r), str(r["n"] or "-"),
+                  f"{ceiling:,.1f}" if ceiling else "-", _eta(r["eta"]), r["bound"] or "-",
+                  f"{r['ttft_ms']:,.1f}" if r["ttft_ms"] is not None else "-")
+    return t
+
+
+def notes_lines(records: list[dict[str, Any]]) -> list[str]:
+    """Verdicts and caveats worth reading, once per (model, backend, note)."""
+    seen: set[tuple[str, str, str]] = set()
+    lines = []
+    for r in records:
+        for note in r["notes"]:
+            key = (r["model_filename"], r["backend"], note)
+            if key not in seen:
+                seen.add(key)
+                lines.append(f"{r['model_filename']} / {r['backend']}: {note}")
+    return lines
