@@ -21,11 +21,12 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks
 
 # The constraints file pins the CPU wheel of torch so a CPU machine does not pull a
-# multi-GB CUDA build; GPU users install their own torch first.
+# multi-GB CUDA build (GPU users install their own torch first) and the llama-cpp-python
+# release known to build here; pip compiles it once (~7 min on 2 cores) and caches the wheel.
 $(STAMP): pyproject.toml requirements/cpu-constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --upgrade --quiet pip
-	$(PY) -m pip install --quiet -c requirements/cpu-constraints.txt -e '.[torch,dev]'
+	$(PY) -m pip install --quiet -c requirements/cpu-constraints.txt -e '.[torch,llamacpp,dev]'
 	touch $(STAMP)
 
 clean:

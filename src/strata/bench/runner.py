@@ -184,7 +184,9 @@ class Runner:
         achieved = {k: v["mean"] for k, v in metrics.items() if k.endswith("_tps")}
         dtype = info.get("dtype")
         runtime = str(dtype).removeprefix("torch.") if dtype else None
-        return explain(model.spec, test, roof, job.load.kv_type, runtime, achieved).to_dict()
+        # torch keeps K/V in the model's dtype; llama.cpp in the -ctk type
+        kv = str(info.get("kv_dtype") or job.load.kv_type).removeprefix("torch.")
+        return explain(model.spec, test, roof, kv, runtime, achieved).to_dict()
 
 
 def _incompatible(model: ResolvedModel, backend: str) -> str | None:
