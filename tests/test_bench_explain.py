@@ -90,3 +90,12 @@ def test_sustained_drop() -> None:
     assert rep.drop > 0
     short = summarize_timeline([(1.0, 10.0), (2.0, 10.0), (3.0, 5.0), (4.0, 5.0)], 4.0)
     assert short.window_s == 1.0 and short.drop == pytest.approx(0.5)
+
+
+def test_model_inside_cache_is_called_out() -> None:
+    spec = _spec(tied=False)
+    roof = DeviceRoofline("cpu", "x", bandwidth={"read": Figure(10.0, "m")})
+    ex = explain(spec, BenchTest(0, 8), roof, "f16", None, {"decode_tps": 1.0}, 32 << 20)
+    assert "last-level cache" in ex.verdict[0]
+    big = explain(spec, BenchTest(0, 8), roof, "f16", None, {"decode_tps": 1.0}, 1024)
+    assert not any("last-level cache" in v for v in big.verdict)

@@ -150,7 +150,7 @@ def bench(
                                     "half-width is this fraction of the mean.")] = 0.02,
     max_reps: Annotated[int, Opt("--max-reps", help="Most repetitions per test.")] = 10,
     max_time: Annotated[float, Opt("--max-time", metavar="SECONDS", help="Most timed seconds "
-                                   "per test.")] = 60.0,
+                                   "per test.")] = 30.0,
     delay: Annotated[float, Opt("--delay", metavar="SECONDS", help="Cool down between tests.")]
     = 0.0,
     sustained: Annotated[float | None, Opt("--sustained", metavar="SECONDS", help="Decode "

@@ -58,7 +58,8 @@ def runtime_weight_bytes(spec: ModelSpec, runtime_dtype: str | None) -> float:
 
 
 def explain(spec: ModelSpec, test: BenchTest, roof: DeviceRoofline, kv_type: str,
-            runtime_dtype: str | None, achieved: dict[str, float | None]) -> Explanation:
+            runtime_dtype: str | None, achieved: dict[str, float | None],
+            cache_bytes: int | None = None) -> Explanation:
     """Ceilings and η for one test. `achieved` holds the measured mean t/s figures."""
     kv_per_elem = KV_BYTES.get(kv_type, 2.0)
     mid_ctx = test.depth + test.n_prompt + test.n_gen / 2  # average context while decoding
@@ -77,6 +78,10 @@ def explain(spec: ModelSpec, test: BenchTest, roof: DeviceRoofline, kv_type: str
     _etas(ex, achieved)
     ex.bound = _bound(ex, test)
     ex.verdict = _verdicts(ex)
+    if cache_bytes and ex.bytes_per_token < cache_bytes and roof.device == "cpu":
+        ex.verdict.insert(0, f"the {ex.bytes_per_token / 2**20:.1f} MiB read per token fit in "
+                          f"the {cache_bytes / 2**20:.0f} MiB last-level cache: DRAM bandwidth "
+                          "does not bound this model, per-token overhead does")
     ex.basis = [f"bytes/token from {len(spec.tensors)} tensors' stored types"
                 + (f" at runtime dtype {runtime_dtype}" if runtime_dtype else "")
                 + f" + KV {kv_type} at context {int(mid_ctx)}",

@@ -70,7 +70,7 @@ def _decode(trace: RunTrace, m: RunMetrics) -> None:
         # in-process: every generated token is one timed decode step after the start point
         start = trace.t_prefill_end if trace.t_prefill_end is not None else trace.t_start
         stamps = [start, *tokens]
-        count = len(tokens)
+        count = generated(trace)
     else:  # streamed: the first chunk arrives at TTFT; decode is what follows it
         first = trace.chunk_tokens[0] if trace.chunk_tokens else 1
         stamps, count = tokens, generated(trace) - first

@@ -70,8 +70,9 @@ def load_grid(**lists: list[Any]) -> list[LoadConfig]:
 
 def plan(config: BenchConfig) -> list[Job]:
     """Loads are the expensive step: each (model, backend, load) is loaded once and runs all
-    its tests; tests run small to large so a model that cannot hold a long context fails
-    after the short tests have already been stored."""
-    ordered = tuple(sorted(config.tests, key=lambda t: (t.context, t.kind)))
+    its tests. Tests run in llama-bench's order (pp, tg, pp+tg) from shallow to deep, so a
+    model that cannot hold a long context fails after the short tests are stored."""
+    kinds = {"pp": 0, "tg": 1, "pg": 2}
+    ordered = tuple(sorted(config.tests, key=lambda t: (t.depth, kinds[t.kind], t.context)))
     return [Job(m, b, lc, ordered)
             for m in config.models for b in config.backends for lc in config.loads]

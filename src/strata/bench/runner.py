@@ -47,8 +47,10 @@ def resolve_all(config: BenchConfig) -> dict[str, ResolvedModel]:
 
 class Runner:
     def __init__(self, config: BenchConfig, roofline: Roofline | None,
-                 store: Callable[[StoredResult], StoredResult], events: Events | None = None):
+                 store: Callable[[StoredResult], StoredResult], events: Events | None = None,
+                 cache_bytes: int | None = None):
         self.config, self.roofline, self.store = config, roofline, store
+        self.cache_bytes = cache_bytes  # last-level cache: below it DRAM is not the roof
         self.events = events or Events()
         self.rng = random.Random(config.seed)
 
@@ -164,7 +166,8 @@ class Runner:
         info.update(stop_reason=stop_reason, notes=sorted(notes), tokens=_token_counts(counts),
                     memory=_memory(tele.to_dict()),
                     energy_j_per_token=_energy_per_token(tele.to_dict(), runs, test),
-                    model=model.spec.to_dict() if model.spec else {"endpoint": model.endpoint})
+                    model=_spec(model, job.backend).to_dict() if model.spec
+                    else {"endpoint": model.endpoint})
         ex = self._explain(model, job, test, info, metrics)
         return StoredResult(model=job.model, backend=job.backend, test=test.name,
                             n_prompt=test.n_prompt, n_gen=test.n_gen, n_depth=test.depth,
@@ -186,7 +189,15 @@ class Runner:
         runtime = str(dtype).removeprefix("torch.") if dtype else None
         # torch keeps K/V in the model's dtype; llama.cpp in the -ctk type
         kv = str(info.get("kv_dtype") or job.load.kv_type).removeprefix("torch.")
-        return explain(model.spec, test, roof, kv, runtime, achieved).to_dict()
+        spec = _spec(model, job.backend)
+        return explain(spec, test, roof, kv, runtime, achieved, self.cache_bytes).to_dict()
+
+
+def _spec(model: ResolvedModel, backend: str) -> Any:
+    """The spec of the form this backend reads (a synthetic @q4_0 is Q4_0 as GGUF but F16
+    as safetensors)."""
+    fmt = next((f for f in ACCEPTS.get(backend, ()) if f in model.artefacts), None)
+    return (model.spec_for(fmt) if fmt else None) or model.spec
 
 
 def _incompatible(model: ResolvedModel, backend: str) -> str | None:

@@ -34,21 +34,24 @@ class BenchOutcome:
     skipped: list[tuple[str, str]] = field(default_factory=list)
 
 
-def host_and_roofline(conn: sqlite3.Connection, console: Console) -> tuple[HostProfile, str,
-                                                                          Roofline]:
-    """This host's record and roofline; measures the roofline first if the host has none."""
+def probe_and_store(conn: sqlite3.Connection, console: Console) -> tuple[HostProfile, str]:
     with console.status("probing host…"):
         profile = probe_host(smoke=False)
-        fingerprint = save_host(conn, profile)
+        return profile, save_host(conn, profile)
+
+
+def roofline_for(conn: sqlite3.Connection, profile: HostProfile, fingerprint: str,
+                 console: Console) -> Roofline:
+    """This host's stored roofline; measured first (and stored) if the host has none."""
     stored = latest_measurement(conn, fingerprint, "roofline")
     if stored:
-        return profile, fingerprint, Roofline.from_dict(stored)
+        return Roofline.from_dict(stored)
     console.print("no roofline stored for this host yet: measuring it once "
                   "(strata probe --measure)…")
     with console.status("measuring roofline…") as status:
         roof = measure_host(profile, progress=lambda m: status.update(f"measuring: {m}"))
     save_measurement(conn, fingerprint, "roofline", roof.to_dict())
-    return profile, fingerprint, roof
+    return roof
 
 
 def check_fits(models: dict[str, ResolvedModel], profile: HostProfile,
@@ -86,8 +89,9 @@ def _progress(console: Console, total: int, tests_per_job: list[Any]) -> tuple[P
 
 def run_bench(conn: sqlite3.Connection, config: BenchConfig, console: Console) -> BenchOutcome:
     models = resolve_all(config)  # bad paths and damaged files fail here, in seconds
-    profile, fingerprint, roof = host_and_roofline(conn, console)
-    check_fits(models, profile, config)
+    profile, fingerprint = probe_and_store(conn, console)
+    check_fits(models, profile, config)  # before spending time on the roofline
+    roof = roofline_for(conn, profile, fingerprint, console)
     run_id = start_run(conn, fingerprint, "bench", sys.argv[1:], config.to_dict())
     done: list[StoredResult] = []
 
@@ -102,7 +106,8 @@ def run_bench(conn: sqlite3.Connection, config: BenchConfig, console: Console) -
     outcome = Outcome()
     try:
         with bar:
-            outcome = Runner(config, roof, store, events).run(models)
+            outcome = Runner(config, roof, store, events,
+                             profile.cpu.last_level_cache_bytes()).run(models)
         status = "complete"
     except KeyboardInterrupt:
         status = "incomplete"  # Ctrl-C: keep what finished, say so, print it

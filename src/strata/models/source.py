@@ -25,6 +25,13 @@ class ResolvedModel:
     model_name: str | None = None
     # format -> path, or -> a callable that writes the artefact on first use (synthetic)
     artefacts: dict[str, Path | Callable[[], Path]] = field(default_factory=dict)
+    # format -> spec of that artefact where it differs from `spec` (a synthetic @q4_0 model is
+    # Q4_0 as GGUF but F16 as safetensors: the torch backend streams the F16 bytes)
+    specs: dict[str, ModelSpec] = field(default_factory=dict)
+
+    def spec_for(self, fmt: str) -> ModelSpec | None:
+        """The spec of the model as `fmt` ("gguf", "hf") — what a backend of that format reads."""
+        return self.specs.get(fmt, self.spec)
 
     def path(self, fmt: str, backend: str) -> Path:
         """The model as `fmt` ("gguf" or "hf"), materialised on demand; InputError if this

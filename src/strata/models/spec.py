@@ -45,6 +45,7 @@ class ModelSpec:
     tied_embeddings: bool
     tensors: list[TensorInfo] = field(default_factory=list)
     source: str = ""  # "gguf", "hf", "synthetic", "endpoint"
+    notes: list[str] = field(default_factory=list)  # caveats, e.g. "torch runs it unquantised"
 
     # -- sizes ---------------------------------------------------------------------------
     def params(self) -> int:

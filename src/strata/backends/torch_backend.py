@@ -1,0 +1,593 @@
+"""`torch` backend: Hugging Face transformers in-process on cpu / cuda / mps (DESIGN §3).
+
+Run semantics are llama-bench's, so the three backends count and time the same things:
+  * the depth prefix (@d<D>) is prefilled into a fresh KV cache before the clock starts;
+  * the prompt (pp<N>) is one forward call over all N tokens; logits only for the last one;
+  * each generated token (tg<M>) is one single-token forward whose input is a random token id
+    (the first is BOS for a pure tg test): no sampling, EOS never stops the run, exactly M steps;
+  * the device is synchronised at the end of the prompt and after every decoded token.
+
+dtype "auto" means the checkpoint's own dtype, except half-precision checkpoints on CPU (see
+`choose_dtype`): PyTorch's CPU half kernels are only fast where the CPU has native bf16.
+
+A GGUF goes through transformers' own GGUF loading, which dequantises every weight: the model
+then runs in a float dtype, never with quantised kernels (info() says so). Where transformers
+refuses the file, the error names the llamacpp backend, which runs GGUF natively.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import io
+import json
+import struct
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import transformers
+from safetensors import SafetensorError
+
+from strata.backends.base import BackendUnavailable, LoadConfig, RunRequest, RunTrace
+from strata.errors import InputError
+from strata.models.source import ResolvedModel
+
+DTYPES: dict[str, torch.dtype] = {
+    "float32": torch.float32, "f32": torch.float32, "fp32": torch.float32,
+    "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+    "float16": torch.float16, "f16": torch.float16, "fp16": torch.float16,
+}
+# Storage types (safetensors / GGUF spelling) -> the float dtype they stand for.
+_STORED = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
+           "float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+_HALF = (torch.float16, torch.bfloat16)
+# Bytes per element of safetensors dtypes, to catch a header whose shapes and offsets disagree.
+_ELEMENT_BYTES = {"F64": 8, "I64": 8, "U64": 8, "F32": 4, "I32": 4, "U32": 4, "F16": 2,
+                  "BF16": 2, "I16": 2, "U16": 2, "I8": 1, "U8": 1, "BOOL": 1, "F8_E4M3": 1,
+                  "F8_E5M2": 1}
+# CPU ISA features (strata.hardware.cpu names) with native bf16 arithmetic.
+_NATIVE_BF16 = {"avx512_bf16", "amx_bf16", "bf16"}
+# A float32 copy of a half checkpoint must leave room for activations, cache and the OS.
+_FP32_RAM_FRACTION = 0.5
+ATTN_IMPLEMENTATION = "sdpa"
+GEN_INPUTS_NOTE = "decode inputs are random token ids, no sampling (as llama-bench)"
+
+
+def _name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+# -- device ----------------------------------------------------------------------------------
+
+
+def resolve_device(spec: str) -> torch.device:
+    """'cpu' / 'cuda' / 'cuda:N' / 'mps' -> a usable torch.device, or BackendUnavailable."""
+    try:
+        device = torch.device(spec)
+    except (RuntimeError, ValueError):
+        raise InputError(f"--device {spec}: unknown device (use cpu, cuda, cuda:N or "
+                         "mps)") from None
+    if device.type == "cuda":
+        _check_cuda(spec, device)
+    elif device.type == "mps":
+        _check_mps(spec)
+    elif device.type != "cpu":
+        raise InputError(f"--device {spec}: the torch backend runs on cpu, cuda or mps")
+    return device
+
+
+def _check_cuda(spec: str, device: torch.device) -> None:
+    if torch.version.cuda is None and torch.version.hip is None:
+        raise BackendUnavailable(f"torch: device {spec} unavailable: PyTorch {torch.__version__} "
+                                 "was built without CUDA/ROCm support")
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if count == 0:
+        raise BackendUnavailable(f"torch: device {spec} unavailable: no CUDA device visible "
+                                 "(driver missing or CUDA_VISIBLE_DEVICES empty)")
+    if device.index is not None and device.index >= count:
+        raise BackendUnavailable(f"torch: device {spec} unavailable: only {count} CUDA "
+                                 f"device(s) visible")
+
+
+def _check_mps(spec: str) -> None:
+    mps = getattr(torch.backends, "mps", None)
+    if mps is None or not mps.is_built():
+        raise BackendUnavailable(f"torch: device {spec} unavailable: PyTorch "
+                                 f"{torch.__version__} was built without MPS support")
+    if not mps.is_available():
+        raise BackendUnavailable(f"torch: device {spec} unavailable: MPS needs macOS 12.3+ on "
+                                 "Apple silicon or an AMD GPU")
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for queued device work; CPU ops are synchronous, so nothing to wait for there."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elif device.type == "mps":
+        torch.mps.synchronize()
+
+
+# -- dtype -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DtypeChoice:
+    dtype: torch.dtype
+    rule: str  # why this dtype, in words (reported by info())
+
+
+def choose_dtype(requested: str, device: torch.device, checkpoint: torch.dtype,
+                 checkpoint_bytes: int, cpu_isa: set[str] | None = None,
+                 ram_available: int | None = None) -> DtypeChoice:
+    """The dtype to run in.
+
+    Explicit: as asked. "auto" on cuda/mps: the checkpoint's dtype. "auto" on CPU:
+      float32 checkpoint          -> float32;
+      float16/bfloat16 checkpoint -> bfloat16 where the CPU has native bf16 arithmetic
+                                     (AVX512-BF16, AMX-BF16, Arm BF16) — same bytes per weight;
+                                  -> float32 elsewhere, because PyTorch's CPU half kernels
+                                     emulate half precision there (3-5x slower than float32
+                                     on an AVX2 machine) — unless the float32 copy would take
+                                     over half the available RAM, then bfloat16.
+    """
+    key = requested.lower()
+    if key != "auto":
+        if key not in DTYPES:
+            raise InputError(f"--dtype {requested}: unknown dtype (use auto, float32, bfloat16 "
+                             "or float16)")
+        return DtypeChoice(DTYPES[key], f"{_name(DTYPES[key])} as requested")
+    if device.type != "cpu" or checkpoint not in _HALF:
+        return DtypeChoice(checkpoint, f"auto: the checkpoint's {_name(checkpoint)}")
+    return _cpu_half_choice(checkpoint, checkpoint_bytes, cpu_isa, ram_available)
+
+
+def _cpu_half_choice(checkpoint: torch.dtype, checkpoint_bytes: int, cpu_isa: set[str] | None,
+                     ram_available: int | None) -> DtypeChoice:
+    ckpt = _name(checkpoint)
+    if cpu_isa is None or ram_available is None:
+        from strata.hardware.cpu import probe_cpu
+
+        cpu = probe_cpu()
+        cpu_isa = set(cpu.isa) if cpu_isa is None else cpu_isa
+        ram_available = cpu.ram_available_bytes if ram_available is None else ram_available
+    native = sorted(cpu_isa & _NATIVE_BF16)
+    if native:
+        return DtypeChoice(torch.bfloat16, f"auto: {ckpt} checkpoint on a CPU with native bf16 "
+                                           f"({', '.join(native)}) -> bfloat16")
+    fp32_bytes = checkpoint_bytes * 2
+    if ram_available and fp32_bytes > _FP32_RAM_FRACTION * ram_available:
+        return DtypeChoice(torch.bfloat16, f"auto: {ckpt} checkpoint, CPU without native bf16, "
+                                           f"but a float32 copy ({fp32_bytes / 2**30:.1f} GiB) "
+                                           "would not fit in RAM -> bfloat16 (slow here)")
+    return DtypeChoice(torch.float32, f"auto: {ckpt} checkpoint on a CPU without native "
+                                      "bf16/fp16 arithmetic -> float32 (PyTorch emulates half "
+                                      "precision there; float32 is faster)")
+
+
+# -- checkpoint inspection (before transformers sees it, for one-line errors) --------------
+
+
+@dataclass
+class Checkpoint:
+    """What we learn about a model directory or GGUF file without loading the weights."""
+
+    path: Path  # the directory (hf) or the .gguf file
+    form: str  # "hf" or "gguf"
+    dtype: torch.dtype  # the checkpoint's float dtype (a quantised GGUF counts as float16)
+    nbytes: int  # weight bytes as stored
+    stored: str = ""  # storage type as named by the file ("F16", "Q4_0", ...)
+    arch: str = ""  # GGUF general.architecture
+
+
+def inspect_hf_dir(path: Path) -> Checkpoint:
+    if not (path / "config.json").is_file():
+        raise InputError(f"{path}: no config.json (not a Hugging Face model directory)")
+    files = sorted(path.glob("*.safetensors"))
+    if not files:
+        raise InputError(f"{path}: no *.safetensors weights (the torch backend reads "
+                         "safetensors only)")
+    by_type: dict[str, int] = {}
+    for file in files:
+        for dtype, nbytes in read_safetensors_header(file).items():
+            by_type[dtype] = by_type.get(dtype, 0) + nbytes
+    stored = max(by_type, key=by_type.__getitem__) if by_type else "F32"
+    dtype = _config_dtype(path / "config.json") or _STORED.get(stored, torch.float32)
+    return Checkpoint(path, "hf", dtype, sum(by_type.values()), stored)
+
+
+def read_safetensors_header(file: Path) -> dict[str, int]:
+    """Bytes per storage type, after checking that the header and the data are all there."""
+    size = file.stat().st_size
+    with file.open("rb") as fh:
+        head = fh.read(8)
+        if len(head) < 8:
+            raise InputError(f"{file}: not a safetensors file ({size} bytes; truncated?)")
+        (n,) = struct.unpack("<Q", head)
+        if n > size - 8:
+            raise InputError(f"{file}: truncated or corrupt safetensors (header claims {n} "
+                             f"bytes, file has {size})")
+        try:
+            header = json.loads(fh.read(n))
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            raise InputError(f"{file}: corrupt safetensors header (not JSON)") from None
+    return _tensor_bytes(file, header, size - 8 - n)
+
+
+def _tensor_bytes(file: Path, header: Any, data_size: int) -> dict[str, int]:
+    if not isinstance(header, dict):
+        raise InputError(f"{file}: corrupt safetensors header (not a JSON object)")
+    by_type: dict[str, int] = {}
+    end = 0
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        begin, stop, dtype = _entry(file, name, entry)
+        by_type[dtype] = by_type.get(dtype, 0) + stop - begin
+        end = max(end, stop)
+    if end > data_size:
+        raise InputError(f"{file}: truncated safetensors (header describes {end} bytes of "
+                         f"tensor data, the file holds {data_size})")
+    return by_type
+
+
+def _entry(file: Path, name: str, entry: Any) -> tuple[int, int, str]:
+    try:
+        begin, stop = (int(x) for x in entry["data_offsets"])
+        dtype = str(entry["dtype"])
+        elements = int(np.prod([int(d) for d in entry["shape"]], dtype=np.int64))
+    except (KeyError, TypeError, ValueError):
+        raise InputError(f"{file}: corrupt safetensors header (entry {name!r})") from None
+    size = _ELEMENT_BYTES.get(dtype)
+    if stop < begin or (size is not None and elements * size != stop - begin):
+        raise InputError(f"{file}: safetensors header lies: {name} has shape {entry['shape']} "
+                         f"{dtype} but {stop - begin} bytes")
+    return begin, stop, dtype
+
+
+def _config_dtype(config: Path) -> torch.dtype | None:
+    try:
+        data = json.loads(config.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        raise InputError(f"{config}: unreadable or not JSON") from None
+    if not isinstance(data, dict):
+        raise InputError(f"{config}: not a JSON object")
+    value = data.get("dtype") or data.get("torch_dtype")  # transformers 5 / 4.x spelling
+    return _STORED.get(str(value)) if value else None
+
+
+def inspect_gguf(path: Path) -> Checkpoint:
+    try:
+        from gguf import GGUFReader
+    except ImportError as exc:
+        raise BackendUnavailable(f"torch: reading GGUF needs the gguf package ({exc}); or use "
+                                 "--backend llamacpp") from exc
+    try:
+        reader = GGUFReader(path)
+    except Exception as exc:  # the reader raises ValueError, struct.error, IndexError...
+        raise InputError(f"{path}: unreadable GGUF ({_one_line(exc)})") from None
+    by_type: dict[str, int] = {}
+    for t in reader.tensors:
+        by_type[t.tensor_type.name] = by_type.get(t.tensor_type.name, 0) + int(t.n_bytes)
+    stored = max(by_type, key=by_type.__getitem__) if by_type else "F32"
+    field = reader.get_field("general.architecture")
+    arch = str(field.contents()) if field is not None else "?"
+    return Checkpoint(path, "gguf", _STORED.get(stored, torch.float16),
+                      sum(by_type.values()), stored, arch)
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return (text[0] if text else type(exc).__name__)[:200]
+
+
+# -- loading ---------------------------------------------------------------------------------
+
+
+def _dtype_kwarg() -> str:
+    """transformers 5 renamed from_pretrained's torch_dtype to dtype."""
+    major = int(transformers.__version__.split(".")[0])
+    return "dtype" if major >= 5 else "torch_dtype"
+
+
+@contextlib.contextmanager
+def _no_progress_bars() -> Iterator[None]:
+    """transformers draws tqdm bars while loading; they would tear strata's own display."""
+    from transformers.utils import logging as hf_logging
+
+    was_on = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        # the GGUF dequantising bar is plain tqdm on stderr, outside transformers' switch
+        with contextlib.redirect_stderr(io.StringIO()):
+            yield
+    finally:
+        if was_on:
+            hf_logging.enable_progress_bar()
+
+
+def load_model(ckpt: Checkpoint, device: torch.device, dtype: torch.dtype) -> Any:
+    kwargs: dict[str, Any] = {_dtype_kwarg(): dtype, "attn_implementation": ATTN_IMPLEMENTATION,
+                              "device_map": str(device)}
+    with _no_progress_bars():
+        if ckpt.form == "gguf":
+            return _load_gguf(ckpt, kwargs)
+        return _load_hf(ckpt, kwargs)
+
+
+def _load_hf(ckpt: Checkpoint, kwargs: dict[str, Any]) -> Any:
+    try:
+        return transformers.AutoModelForCausalLM.from_pretrained(str(ckpt.path), **kwargs)
+    except (OSError, ValueError, KeyError, SafetensorError) as exc:  # damaged file, unknown arch
+        raise InputError(f"{ckpt.path}: transformers cannot load it: {_one_line(exc)}") from None
+
+
+def _load_gguf(ckpt: Checkpoint, kwargs: dict[str, Any]) -> Any:
+    try:
+        return transformers.AutoModelForCausalLM.from_pretrained(
+            str(ckpt.path.parent), gguf_file=ckpt.path.name, **kwargs)
+    except (MemoryError, torch.cuda.OutOfMemoryError):
+        raise
+    except Exception as exc:  # transformers refuses an arch/quant with many exception types
+        raise InputError(f"{ckpt.path}: transformers' GGUF loading cannot read this "
+                         f"{ckpt.arch} {ckpt.stored} GGUF ({_one_line(exc)}); use --backend "
+                         "llamacpp, which runs GGUF natively") from None
+
+
+@dataclass(frozen=True)
+class ForwardArgs:
+    """Keyword names of the model's forward(), which transformers has renamed over releases."""
+
+    cache: str  # "cache" (transformers >= 5.2x) or "past_key_values"
+    cache_position: bool  # 4.x also wants the cache slots; newer releases derive them
+    last_logits: str | None  # "logits_to_keep" or (before 4.49) "num_logits_to_keep"
+
+    @classmethod
+    def of(cls, model: Any) -> ForwardArgs:
+        import inspect
+
+        params = inspect.signature(model.forward).parameters
+        last = next((n for n in ("logits_to_keep", "num_logits_to_keep") if n in params), None)
+        return cls(cache="cache" if "cache" in params else "past_key_values",
+                   cache_position="cache_position" in params, last_logits=last)
+
+
+def _special_ids(config: Any) -> set[int]:
+    ids: set[int] = set()
+    for attr in ("bos_token_id", "eos_token_id", "pad_token_id"):
+        value = getattr(config, attr, None)
+        values = value if isinstance(value, (list, tuple)) else [value]
+        ids.update(v for v in values if isinstance(v, int))
+    return ids
+
+
+def _first_id(value: Any) -> int | None:
+    if isinstance(value, (list, tuple)):
+        value = value[0] if value else None
+    return value if isinstance(value, int) else None
+
+
+# -- the backend -----------------------------------------------------------------------------
+
+
+@dataclass
+class _Loaded:
+    model: Any
+    device: torch.device
+    choice: DtypeChoice
+    ckpt: Checkpoint
+    requested_dtype: str
+    vocab: int
+    allowed: np.ndarray  # non-special token ids
+    bos: int | None
+    max_positions: int | None
+    forward_args: ForwardArgs
+    rng: np.random.Generator = field(default_factory=lambda: np.random.default_rng(0))
+
+
+class TorchBackend:
+    """transformers model in-process; see the module docstring for the run semantics."""
+
+    name = "torch"
+
+    def __init__(self) -> None:
+        self._state: _Loaded | None = None
+
+    @property
+    def model(self) -> Any:
+        """The loaded transformers model (tests hook into it)."""
+        return self._loaded().model
+
+    # Backend protocol ---------------------------------------------------------------------
+
+    def load(self, model: ResolvedModel, config: LoadConfig) -> None:
+        self.close()
+        device = resolve_device(config.device)
+        ckpt = self._checkpoint(model)
+        choice = choose_dtype(config.dtype, device, ckpt.dtype, ckpt.nbytes)
+        _set_threads(config.threads)
+        net = load_model(ckpt, device, choice.dtype)
+        net.eval()
+        self._state = _describe(net, device, choice, ckpt, config.dtype)
+
+    def run(self, request: RunRequest) -> RunTrace:
+        state = self._loaded()
+        self._validate(request)
+        with torch.inference_mode():
+            return _Run(state, request).execute()
+
+    def random_tokens(self, n: int, seed: int) -> list[int]:
+        allowed = self._loaded().allowed
+        return np.random.default_rng(seed).choice(allowed, size=n).tolist()
+
+    def bos(self) -> int | None:
+        return self._loaded().bos
+
+    def info(self) -> dict[str, Any]:
+        s = self._loaded()
+        weights = "safetensors" if s.ckpt.form == "hf" else (
+            f"GGUF {s.ckpt.stored}, dequantised by transformers to {_name(s.choice.dtype)}")
+        return {
+            "torch": torch.__version__,
+            "transformers": transformers.__version__,
+            "device": str(s.device),
+            "device_name": _device_name(s.device),
+            "dtype": _name(_param_dtype(s.model)),
+            "dtype_requested": s.requested_dtype,
+            "dtype_rule": s.choice.rule,
+            "checkpoint_dtype": s.ckpt.stored,
+            "weights": weights,
+            # what the forward pass streams: the roofline must use these bytes, not the file's
+            "weight_bytes_in_memory": _param_bytes(s.model),
+            "threads": torch.get_num_threads(),
+            "attn_implementation": getattr(s.model.config, "_attn_implementation", None),
+            "kv_cache": "DynamicCache (transformers' default for generate)",
+            "kv_dtype": _name(_param_dtype(s.model)),  # the cache holds K/V in the model's dtype
+            "gen_inputs": GEN_INPUTS_NOTE,
+        }
+
+    def close(self) -> None:
+        if self._state is None:
+            return
+        device = self._state.device
+        self._state = None
+        gc.collect()
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+        elif device.type == "mps":
+            torch.mps.empty_cache()
+
+    # helpers --------------------------------------------------------------------------------
+
+    def _loaded(self) -> _Loaded:
+        if self._state is None:
+            raise RuntimeError("torch backend: no model loaded (call load() first)")
+        return self._state
+
+    @staticmethod
+    def _checkpoint(model: ResolvedModel) -> Checkpoint:
+        # Prefer safetensors: a GGUF only reaches torch dequantised, which is not what it is.
+        if "hf" in model.artefacts or "gguf" not in model.artefacts:
+            return inspect_hf_dir(model.path("hf", "torch"))
+        return inspect_gguf(model.path("gguf", "torch"))
+
+    def _validate(self, request: RunRequest) -> None:
+        s = self._loaded()
+        if not request.prompt_tokens and request.n_gen <= 0:
+            raise InputError("empty test: no prompt tokens and nothing to generate")
+        needed = len(request.depth_tokens) + len(request.prompt_tokens) + request.n_gen
+        if s.max_positions and needed > s.max_positions:
+            raise InputError(f"test needs {needed} tokens of context; the model's maximum is "
+                             f"{s.max_positions}")
+        ids = (*request.depth_tokens, *request.prompt_tokens)
+        if ids and (min(ids) < 0 or max(ids) >= s.vocab):
+            raise InputError(f"token id out of range for a vocabulary of {s.vocab}")
+
+
+def _set_threads(threads: int | None) -> None:
+    """Set every load, not just when asked: the thread count is process-wide state."""
+    if threads is None:
+        from strata.hardware.cpu import probe_cpu
+
+        threads = probe_cpu().physical_cores or torch.get_num_threads()
+    if threads < 1:
+        raise InputError(f"--threads {threads}: must be at least 1")
+    torch.set_num_threads(threads)
+
+
+def _describe(net: Any, device: torch.device, choice: DtypeChoice, ckpt: Checkpoint,
+              requested: str) -> _Loaded:
+    cfg = net.config
+    rows = net.get_input_embeddings().num_embeddings
+    vocab = min(rows, getattr(cfg, "vocab_size", None) or rows)
+    allowed = np.setdiff1d(np.arange(vocab), np.array(sorted(_special_ids(cfg)), dtype=int))
+    return _Loaded(model=net, device=device, choice=choice, ckpt=ckpt, requested_dtype=requested,
+                   vocab=vocab, allowed=allowed, bos=_first_id(getattr(cfg, "bos_token_id", None)),
+                   max_positions=getattr(cfg, "max_position_embeddings", None),
+                   forward_args=ForwardArgs.of(net))
+
+
+def _param_dtype(model: Any) -> torch.dtype:
+    return next(p.dtype for p in model.parameters() if p.is_floating_point())
+
+
+def _param_bytes(model: Any) -> int:
+    # parameters() yields a tied tensor once, as the forward pass reads it
+    return sum(p.numel() * p.element_size() for p in model.parameters())
+
+
+def _device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    if device.type == "mps":
+        return "Apple MPS"
+    import platform
+
+    return platform.processor() or platform.machine()
+
+
+def _new_cache(config: Any) -> Any:
+    try:
+        return transformers.DynamicCache(config=config)
+    except TypeError:  # transformers < 4.56 takes no config
+        return transformers.DynamicCache()
+
+
+class _Run:
+    """One request: everything not timed is prepared before the clock starts."""
+
+    def __init__(self, state: _Loaded, request: RunRequest) -> None:
+        self.s, self.req = state, request
+        dev = state.device
+        n_depth, n_prompt = len(request.depth_tokens), len(request.prompt_tokens)
+        total = n_depth + n_prompt + request.n_gen
+        # every input and position lives on the device up front: no host->device copy per step
+        self.positions = torch.arange(total, device=dev).unsqueeze(0)
+        self.depth = torch.tensor([request.depth_tokens], dtype=torch.long, device=dev)
+        self.prompt = torch.tensor([request.prompt_tokens], dtype=torch.long, device=dev)
+        self.gen = torch.tensor([self._gen_inputs()], dtype=torch.long, device=dev)
+        self.cache = _new_cache(state.model.config)  # a fresh cache per request: no leaks
+        self.pos = 0
+
+    def _gen_inputs(self) -> list[int]:
+        """Random decode inputs (no sampling); a pure tg test starts from BOS, as llama-bench."""
+        n = self.req.n_gen
+        ids = self.s.rng.choice(self.s.allowed, size=n).tolist() if n else []
+        if n and not self.req.prompt_tokens and self.s.bos is not None:
+            ids[0] = self.s.bos
+        return ids
+
+    def _forward(self, ids: torch.Tensor) -> None:
+        n = ids.shape[1]
+        pos = self.positions[:, self.pos:self.pos + n]
+        names = self.s.forward_args
+        kwargs: dict[str, Any] = {names.cache: self.cache, "use_cache": True,
+                                  "position_ids": pos}
+        if names.cache_position:
+            kwargs["cache_position"] = pos[0]
+        if names.last_logits:  # the lm_head over every prompt position would be waste
+            kwargs[names.last_logits] = 1
+        self.s.model(input_ids=ids, **kwargs)
+        self.pos += n
+
+    def execute(self) -> RunTrace:
+        dev, n_prompt = self.s.device, self.prompt.shape[1]
+        if self.depth.shape[1]:
+            self._forward(self.depth)  # @d<D>: outside the timed region
+        synchronize(dev)
+        t_start = time.perf_counter_ns()
+        if n_prompt:
+            self._forward(self.prompt)
+            synchronize(dev)
+        t_prefill_end = time.perf_counter_ns() if n_prompt else t_start
+        token_ns: list[int] = []
+        for i in range(self.req.n_gen):
+            self._forward(self.gen[:, i:i + 1])
+            synchronize(dev)
+            token_ns.append(time.perf_counter_ns())
+        return RunTrace(n_prompt=n_prompt, n_gen=self.req.n_gen, t_start=t_start,
+                        t_prefill_end=t_prefill_end, token_ns=token_ns, notes=[GEN_INPUTS_NOTE])

@@ -1,0 +1,74 @@
+"""Architecture presets: sourced shape values (data/presets.json), not code.
+
+A preset is all a synthetic model needs: the shapes of a published model, so strata can
+write random weights with exactly its tensor sizes (speed does not depend on the values).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, fields
+from functools import lru_cache
+from importlib import resources
+from typing import Any
+
+from strata.errors import InputError
+
+PRESETS_FILE = "presets.json"
+
+
+@dataclass(frozen=True)
+class Preset:
+    name: str
+    arch: str  # llama.cpp architecture name: "llama", "qwen2"
+    hidden: int
+    ffn: int
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    vocab: int
+    ctx_max: int
+    tied_embeddings: bool
+    rope_theta: float
+    norm_eps: float
+    qkv_bias: bool
+    source: str  # where the values come from (a published config.json)
+
+    def values(self) -> dict[str, Any]:
+        """Everything that shapes the written model (the content key hashes this)."""
+        return asdict(self)
+
+
+@lru_cache(maxsize=1)
+def _load() -> dict[str, Any]:
+    text = resources.files("strata.models").joinpath("data", PRESETS_FILE).read_text("utf-8")
+    return json.loads(text)
+
+
+def _from_json(name: str, raw: dict[str, Any]) -> Preset:
+    known = {f.name for f in fields(Preset)} - {"name"}
+    return Preset(name=name, **{k: v for k, v in raw.items() if k in known})
+
+
+def list_presets() -> list[Preset]:
+    """All presets, in the order of the data file."""
+    return [_from_json(name, raw) for name, raw in _load()["presets"].items()]
+
+
+def preset_names() -> list[str]:
+    return list(_load()["presets"])
+
+
+def get_preset(name: str, ref: str | None = None) -> Preset:
+    """The preset called `name`; InputError naming `ref` (what the user typed) if unknown."""
+    raw = _load()["presets"].get(name)
+    if raw is None:
+        raise InputError(f"MODEL {ref or 'synthetic:' + name}: unknown preset (choose from "
+                         f"{', '.join(preset_names())}; see strata bench --list-presets)")
+    return _from_json(name, raw)
+
+
+def default_model() -> str:
+    """The embedded default model reference, e.g. "synthetic:smollm2-135m@q8_0"."""
+    return f"synthetic:{_load()['default']}"
