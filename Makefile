@@ -7,8 +7,11 @@ STAMP  := $(VENV)/.strata-installed
 
 .PHONY: demo test lint bench clean
 
+# The main job: what this machine is, then how fast the default synthetic preset runs on
+# every backend here (bench measures this host's roofline first if it has none).
 demo: $(STAMP)
-	$(VENV)/bin/strata probe --measure
+	$(VENV)/bin/strata probe
+	$(VENV)/bin/strata bench
 
 test: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks
@@ -16,6 +19,7 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) benchmarks/probe_vs_reference.py
+	$(PY) benchmarks/llamacpp_overhead.py
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks

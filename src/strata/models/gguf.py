@@ -189,7 +189,7 @@ def _ggml_types() -> tuple[Any, dict[Any, tuple[int, int]]]:
         from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
     except ImportError as exc:
         raise InputError("reading a GGUF needs the gguf package "
-                         "(pip install 'strata[gguf]')") from exc
+                         "(pip install gguf; it is a strata dependency)") from exc
     return GGMLQuantizationType, GGML_QUANT_SIZES
 
 

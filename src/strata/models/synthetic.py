@@ -448,7 +448,7 @@ def _import_gguf() -> Any:
         import gguf
     except ImportError as exc:
         raise InputError("writing a GGUF needs the gguf package "
-                         "(pip install 'strata[gguf]')") from exc
+                         "(pip install gguf; it is a strata dependency)") from exc
     return gguf
 
 
