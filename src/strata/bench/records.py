@@ -62,9 +62,16 @@ def record(r: StoredResult) -> dict[str, Any]:
         "peak_rss_bytes": r.info.get("memory", {}).get("peak_proc.rss_bytes"),
         "throttled": verdict.get("throttled"),
         "stop_reason": r.info.get("stop_reason"),
-        "notes": r.info.get("notes", []) + ex.get("verdict", []) + _sustained_note(r),
+        "notes": (r.info.get("notes", []) + ex.get("verdict", []) + _sustained_note(r)
+                  + _throttle_note(verdict)),
         "sustained": r.info.get("sustained"),
     }
+
+
+def _throttle_note(verdict: dict[str, Any]) -> list[str]:
+    if verdict.get("throttled"):
+        return ["throttling seen during this test: " + "; ".join(verdict.get("evidence", []))]
+    return []
 
 
 def _sustained_note(r: StoredResult) -> list[str]:
