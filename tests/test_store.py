@@ -107,3 +107,38 @@ def test_concurrent_writers_lose_nothing(tmp_path: Path) -> None:
         t.join()
     n = open_db(path).execute("SELECT COUNT(*) FROM measurements").fetchone()[0]
     assert n == 100
+
+
+def test_runs_and_result_queries(tmp_path: Path) -> None:
+    from strata.store.runs import (
+        StoredResult,
+        add_result,
+        finish_run,
+        list_runs,
+        query_results,
+        results_of_run,
+        start_run,
+    )
+
+    conn = open_db(tmp_path / "s.db")
+    fp = save_host(conn, _profile())
+    run = start_run(conn, fp, "bench", ["bench"], {"x": 1})
+
+    def result(backend: str, values: list[float]) -> StoredResult:
+        return StoredResult(model="m", backend=backend, test="tg8", n_prompt=0, n_gen=8,
+                            n_depth=0, load_config={}, explain=None, telemetry=None, info={},
+                            metrics={"decode_tps": {"mean": sum(values) / len(values),
+                                                    "samples": values}})
+
+    add_result(conn, run, result("llamacpp", [1.0, 2.0, 3.0]))
+    add_result(conn, run, result("torch", [4.0]))
+    finish_run(conn, run, "complete")
+    assert [r.backend for r in results_of_run(conn, run)] == ["llamacpp", "torch"]
+    assert [r.backend for r in query_results(conn, backend="torch")] == ["torch"]
+    assert query_results(conn, fingerprint="other") == []
+    runs = list_runs(conn)
+    assert (runs[0].status, runs[0].n_results) == ("complete", 2)
+    raw = conn.execute("SELECT value FROM samples ORDER BY result_id, idx").fetchall()
+    assert [r[0] for r in raw] == [1.0, 2.0, 3.0, 4.0]  # raw samples stored, in order
+    with pytest.raises(ValueError):
+        finish_run(conn, run, "bogus")

@@ -99,3 +99,40 @@ def _result(row: sqlite3.Row) -> StoredResult:
 def run_status(conn: sqlite3.Connection, run_id: int) -> str | None:
     row = conn.execute("SELECT status FROM runs WHERE id = ?", (run_id,)).fetchone()
     return row["status"] if row else None
+
+
+@dataclass
+class RunRow:
+    id: int
+    fingerprint: str
+    command: str
+    status: str
+    started_at: str
+    finished_at: str | None
+    git_commit: str | None
+    strata: str
+    n_results: int
+
+
+def list_runs(conn: sqlite3.Connection, fingerprint: str | None = None) -> list[RunRow]:
+    sql = ("SELECT r.*, (SELECT COUNT(*) FROM results x WHERE x.run_id = r.id) AS n"
+           " FROM runs r" + (" WHERE r.fingerprint = ?" if fingerprint else "") +
+           " ORDER BY r.id")
+    rows = conn.execute(sql, (fingerprint,) if fingerprint else ()).fetchall()
+    return [RunRow(r["id"], r["fingerprint"], r["command"], r["status"], r["started_at"],
+                   r["finished_at"], r["git_commit"], r["strata"], r["n"]) for r in rows]
+
+
+def query_results(conn: sqlite3.Connection, *, fingerprint: str | None = None,
+                  backend: str | None = None, model: str | None = None,
+                  run_id: int | None = None) -> list[StoredResult]:
+    """Stored results filtered by host, backend, model or run (None = any), oldest first."""
+    where, args = [], []
+    for column, value in (("runs.fingerprint", fingerprint), ("results.backend", backend),
+                          ("results.model", model), ("results.run_id", run_id)):
+        if value is not None:
+            where.append(f"{column} = ?")
+            args.append(value)
+    sql = ("SELECT results.* FROM results JOIN runs ON runs.id = results.run_id"
+           + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY results.id")
+    return [_result(row) for row in conn.execute(sql, args).fetchall()]
