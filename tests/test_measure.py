@@ -62,3 +62,23 @@ def test_roofline_ridge_fraction_and_roundtrip() -> None:
     back = Roofline.from_dict(r.to_dict())
     assert back.device("cpu").ridge_point("fp32") == 20.0
     assert r.to_dict()["devices"][0]["ridge_points"] == {"fp32": 20.0}
+
+
+def test_student_t_p_values_match_tables() -> None:
+    from strata.measure.stats import t_two_sided_p
+
+    # two-sided critical values from standard t tables: p = 0.05 at these t
+    for dof, t in ((1, 12.706), (5, 2.571), (10, 2.228), (30, 2.042)):
+        assert t_two_sided_p(t, dof) == pytest.approx(0.05, abs=2e-4)
+    assert t_two_sided_p(0.0, 7) == pytest.approx(1.0)
+
+
+def test_welch_detects_a_real_difference_only() -> None:
+    from strata.measure.stats import welch
+
+    a = [100.0, 101.0, 99.0, 100.5, 99.5]
+    far = welch(a, [110.0, 111.0, 109.0, 110.5, 109.5])
+    near = welch(a, [100.2, 101.1, 99.3, 100.4, 99.9])
+    assert far is not None and far.p < 1e-6 and far.diff == pytest.approx(10.0)
+    assert near is not None and near.p > 0.5
+    assert welch([1.0], [2.0, 3.0]) is None

@@ -216,6 +216,51 @@ def _print_presets() -> None:
 
 
 @app.command()
+def compare(
+    side_a: Annotated[str, typer.Argument(metavar="A", help="Baseline: run id, run:N, "
+                                          "host:FP, backend:NAME or commit:SHA.")],
+    side_b: Annotated[str, typer.Argument(metavar="B", help="Compared against A, same forms.")],
+    json_out: Annotated[bool, typer.Option("--json", help="Print as JSON.")] = False,
+    db: DbOption = None,
+) -> None:
+    """Speedup of B over A on every configuration both have, with its significance.
+
+    [bold]Examples[/bold]
+      strata compare 3 4                          [dim]# run 4 vs run 3[/dim]
+      strata compare backend:torch backend:llamacpp
+      strata compare host:0de260d8 host:9a1f3c2b
+    """
+    from strata.compare import compare as run_compare
+    from strata.views.compare import compare_table
+
+    pairs = run_compare(_open_store(db), side_a, side_b)
+    if json_out:
+        print(json.dumps([{"model": p.a.model, "test": p.a.test, "backend_a": p.a.backend,
+                           "backend_b": p.b.backend, "metric": p.metric, "a": p.a_mean,
+                           "b": p.b_mean, "speedup": p.speedup, "p": p.p,
+                           "significant": p.significant} for p in pairs], indent=2))
+    else:
+        out.print(compare_table(pairs, side_a, side_b))
+
+
+@app.command()
+def history(
+    model: Annotated[str | None, typer.Argument(help="Only this model (as given to bench).")]
+    = None,
+    backend: Annotated[str | None, typer.Option("--backend", "-B", help="Only this backend.")]
+    = None,
+    test: Annotated[str | None, typer.Option("--test", help="Only this test, e.g. tg128.")]
+    = None,
+    db: DbOption = None,
+) -> None:
+    """Every stored bench result over time: run, date, host, commit, t/s."""
+    from strata.compare import history as run_history
+    from strata.views.compare import history_table
+
+    out.print(history_table(run_history(_open_store(db), model, backend, test)))
+
+
+@app.command()
 def hosts(
     json_out: Annotated[bool, typer.Option("--json", help="Print as JSON.")] = False,
     db: DbOption = None,

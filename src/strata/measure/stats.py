@@ -64,3 +64,63 @@ def summarize(values: list[float]) -> Summary:
         ci95_half=t95(n - 1) * sd / math.sqrt(n) if n > 1 else math.inf,
         samples=list(values),
     )
+
+
+def _betacf(a: float, b: float, x: float) -> float:
+    """Continued fraction of the regularised incomplete beta function (modified Lentz)."""
+    tiny, qab, qap, qam = 1e-300, a + b, a + 1.0, a - 1.0
+    c, d = 1.0, 1.0 - qab * x / qap
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 300):
+        for num in (m * (b - m) * x / ((qam + 2 * m) * (a + 2 * m)),
+                    -(a + m) * (qab + m) * x / ((a + 2 * m) * (qap + 2 * m))):
+            d = 1.0 + num * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + num / c
+            c = c if abs(c) > tiny else tiny
+            h *= d * c
+        if abs(d * c - 1.0) < 1e-12:
+            break
+    return h
+
+
+def incomplete_beta(a: float, b: float, x: float) -> float:
+    """Regularised incomplete beta I_x(a, b)."""
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    log_front = (math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b)
+                 + a * math.log(x) + b * math.log1p(-x))
+    if x < (a + 1.0) / (a + b + 2.0):
+        return math.exp(log_front) * _betacf(a, b, x) / a
+    return 1.0 - math.exp(log_front) * _betacf(b, a, 1.0 - x) / b
+
+
+def t_two_sided_p(t: float, dof: float) -> float:
+    """Two-sided p-value of Student's t with `dof` degrees of freedom."""
+    if math.isinf(t):
+        return 0.0
+    return incomplete_beta(dof / 2.0, 0.5, dof / (dof + t * t))
+
+
+@dataclass
+class Welch:
+    diff: float  # mean_b - mean_a
+    t: float
+    dof: float
+    p: float
+
+
+def welch(a: list[float], b: list[float]) -> Welch | None:
+    """Welch's unequal-variance t-test of mean(b) - mean(a); None with < 2 samples a side."""
+    if len(a) < 2 or len(b) < 2:
+        return None
+    va, vb = statistics.variance(a) / len(a), statistics.variance(b) / len(b)
+    diff = statistics.fmean(b) - statistics.fmean(a)
+    if va + vb == 0:
+        return Welch(diff, math.inf if diff else 0.0, math.inf, 0.0 if diff else 1.0)
+    t = diff / math.sqrt(va + vb)
+    dof = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
+    return Welch(diff, t, dof, t_two_sided_p(t, dof))

@@ -133,6 +133,12 @@ def query_results(conn: sqlite3.Connection, *, fingerprint: str | None = None,
         if value is not None:
             where.append(f"{column} = ?")
             args.append(value)
+    return select_results(conn, " AND ".join(where), args)
+
+
+def select_results(conn: sqlite3.Connection, where: str = "",
+                   args: list[Any] | tuple[Any, ...] = ()) -> list[StoredResult]:
+    """Results joined with their run; `where` may name columns of `results` and `runs`."""
     sql = ("SELECT results.* FROM results JOIN runs ON runs.id = results.run_id"
-           + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY results.id")
-    return [_result(row) for row in conn.execute(sql, args).fetchall()]
+           + (f" WHERE {where}" if where else "") + " ORDER BY results.id")
+    return [_result(row) for row in conn.execute(sql, list(args)).fetchall()]

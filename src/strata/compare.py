@@ -1,0 +1,143 @@
+"""`strata compare A B` and `strata history`: speedups between matching results.
+
+A side is a selector: a run id (`12` or `run:12`), a host (`host:<fingerprint prefix>`),
+a backend (`backend:torch`) or a commit (`commit:<sha prefix>`). Results on the two sides
+are paired on their configuration; when both sides select backends, the backend and its
+load settings are what is compared, so they leave the key. Significance is Welch's t-test
+on the raw samples.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from strata.bench.records import PRIMARY
+from strata.bench.scenario import BenchTest
+from strata.errors import InputError
+from strata.measure.stats import welch
+from strata.store.runs import StoredResult, select_results
+
+ALPHA = 0.05
+
+
+@dataclass(frozen=True)
+class Selector:
+    kind: str
+    value: str
+    where: str
+    args: tuple[Any, ...]
+
+    @property
+    def label(self) -> str:
+        return f"{self.kind}:{self.value}"
+
+
+SELECTORS: dict[str, Callable[[str], tuple[str, tuple[Any, ...]]]] = {
+    "run": lambda v: ("results.run_id = ?", (_run_id(v),)),
+    "host": lambda v: ("runs.fingerprint LIKE ?", (v + "%",)),
+    "backend": lambda v: ("results.backend = ?", (v,)),
+    "commit": lambda v: ("runs.git_commit LIKE ?", (v + "%",)),
+}
+
+
+def _run_id(value: str) -> int:
+    if not value.isdigit():
+        raise InputError(f"run:{value}: a run id is a number (see strata history)")
+    return int(value)
+
+
+def parse_selector(text: str) -> Selector:
+    kind, sep, value = text.partition(":")
+    if not sep:
+        kind, value = "run", text
+    if kind not in SELECTORS or not value:
+        raise InputError(f"{text}: expected a run id or run:N, host:FP, backend:NAME, commit:SHA")
+    where, args = SELECTORS[kind](value)
+    return Selector(kind, value, where, args)
+
+
+def config_key(r: StoredResult, with_backend: bool) -> tuple[Any, ...]:
+    key: tuple[Any, ...] = (r.model, r.test, r.n_prompt, r.n_gen, r.n_depth)
+    if with_backend:
+        key += (r.backend, json.dumps(r.load_config, sort_keys=True))
+    return key
+
+
+def _latest_by_key(results: list[StoredResult], with_backend: bool) -> dict[tuple, StoredResult]:
+    return {config_key(r, with_backend): r for r in results}  # ordered by id: latest wins
+
+
+@dataclass
+class Pair:
+    key: tuple[Any, ...]
+    a: StoredResult
+    b: StoredResult
+    metric: str
+    a_mean: float
+    b_mean: float
+    speedup: float  # b / a: > 1 means B is faster
+    p: float | None  # Welch two-sided p-value on the raw samples; None with < 2 each
+
+    @property
+    def significant(self) -> bool | None:
+        return None if self.p is None else self.p < ALPHA
+
+
+def primary_metric(r: StoredResult) -> str:
+    return PRIMARY[BenchTest(r.n_prompt, r.n_gen, r.n_depth).kind]
+
+
+def _pair(key: tuple[Any, ...], a: StoredResult, b: StoredResult) -> Pair | None:
+    metric = primary_metric(a)
+    ma, mb = a.metrics.get(metric), b.metrics.get(metric)
+    if not ma or not mb or not ma.get("mean"):
+        return None
+    test = welch(ma.get("samples", []), mb.get("samples", []))
+    return Pair(key, a, b, metric, ma["mean"], mb["mean"], mb["mean"] / ma["mean"],
+                test.p if test else None)
+
+
+def compare(conn: sqlite3.Connection, side_a: str, side_b: str) -> list[Pair]:
+    a, b = parse_selector(side_a), parse_selector(side_b)
+    with_backend = not (a.kind == b.kind == "backend")
+    ra = _latest_by_key(select_results(conn, a.where, a.args), with_backend)
+    rb = _latest_by_key(select_results(conn, b.where, b.args), with_backend)
+    for sel, found in ((a, ra), (b, rb)):
+        if not found:
+            raise InputError(f"{sel.label}: no stored results match (see strata history)")
+    pairs = [p for key in ra if key in rb and (p := _pair(key, ra[key], rb[key]))]
+    if not pairs:
+        raise InputError(f"{a.label} and {b.label} share no configuration (same model, test "
+                         "and settings); nothing to compare")
+    return pairs
+
+
+@dataclass
+class HistoryRow:
+    result: StoredResult
+    fingerprint: str
+    git_commit: str | None
+    started_at: str
+    status: str
+
+
+def history(conn: sqlite3.Connection, model: str | None, backend: str | None,
+            test: str | None) -> list[HistoryRow]:
+    """Every stored result (oldest first), optionally narrowed, with its run's context."""
+    where, args = [], []
+    for column, value in (("results.model", model), ("results.backend", backend),
+                          ("results.test", test)):
+        if value is not None:
+            where.append(f"{column} = ?")
+            args.append(value)
+    results = select_results(conn, " AND ".join(where), args)
+    if not results:
+        raise InputError("no stored bench results match: run strata bench first")
+    runs = {row["id"]: row for row in conn.execute("SELECT * FROM runs")}
+    return [HistoryRow(r, runs[r.run_id]["fingerprint"], runs[r.run_id]["git_commit"],
+                       runs[r.run_id]["started_at"], runs[r.run_id]["status"])
+            for r in results]

@@ -1,0 +1,49 @@
+"""Terminal tables for `strata compare` and `strata history`."""
+
+from __future__ import annotations
+
+from rich.table import Table
+from rich.text import Text
+
+from strata.compare import ALPHA, HistoryRow, Pair, primary_metric
+
+
+def _speedup(p: Pair) -> Text:
+    if p.significant is False:
+        return Text(f"{p.speedup:.3f}", style="dim")
+    return Text(f"{p.speedup:.3f}", style="green" if p.speedup > 1 else "red")
+
+
+def _sig(p: Pair) -> str:
+    if p.p is None:
+        return "n/a (< 2 samples)"
+    return f"{p.p:.3g} {'yes' if p.significant else 'no'}"
+
+
+def compare_table(pairs: list[Pair], label_a: str, label_b: str) -> Table:
+    t = Table(title=f"B = {label_b} vs A = {label_a} (speedup = B / A; significant: Welch "
+                    f"p < {ALPHA})", title_justify="left")
+    for col, just in (("model", "left"), ("backend A/B", "left"), ("test", "left"),
+                      ("A t/s", "right"), ("B t/s", "right"), ("speedup", "right"),
+                      ("p, significant", "left")):
+        t.add_column(col, justify=just)  # type: ignore[arg-type]
+    for p in pairs:
+        a_sd = p.a.metrics[p.metric].get("sd", 0.0)
+        b_sd = p.b.metrics[p.metric].get("sd", 0.0)
+        backends = p.a.backend if p.a.backend == p.b.backend else f"{p.a.backend}/{p.b.backend}"
+        t.add_row(p.a.model, backends, p.a.test, f"{p.a_mean:,.2f} ± {a_sd:,.2f}",
+                  f"{p.b_mean:,.2f} ± {b_sd:,.2f}", _speedup(p), _sig(p))
+    return t
+
+
+def history_table(rows: list[HistoryRow]) -> Table:
+    t = Table(title="Bench history", title_justify="left")
+    for col in ("run", "date", "status", "host", "commit", "model", "backend", "test", "t/s"):
+        t.add_column(col)
+    for h in rows:
+        r = h.result
+        value = r.metrics.get(primary_metric(r), {})
+        tps = f"{value['mean']:,.2f} ± {value.get('sd', 0):,.2f}" if value else "-"
+        t.add_row(str(r.run_id), h.started_at, h.status, h.fingerprint[:8], h.git_commit or "-",
+                  r.model, r.backend, r.test, tps)
+    return t
