@@ -20,10 +20,8 @@ from __future__ import annotations
 import contextlib
 import gc
 import io
-import json
-import struct
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,6 +33,8 @@ from safetensors import SafetensorError
 
 from strata.backends.base import BackendUnavailable, LoadConfig, RunRequest, RunTrace
 from strata.errors import InputError
+from strata.models.gguf import scan_or_input_error
+from strata.models.hf import read_config, read_safetensors_header, safetensors_files
 from strata.models.source import ResolvedModel
 
 DTYPES: dict[str, torch.dtype] = {
@@ -46,10 +46,6 @@ DTYPES: dict[str, torch.dtype] = {
 _STORED = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
            "float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 _HALF = (torch.float16, torch.bfloat16)
-# Bytes per element of safetensors dtypes, to catch a header whose shapes and offsets disagree.
-_ELEMENT_BYTES = {"F64": 8, "I64": 8, "U64": 8, "F32": 4, "I32": 4, "U32": 4, "F16": 2,
-                  "BF16": 2, "I16": 2, "U16": 2, "I8": 1, "U8": 1, "BOOL": 1, "F8_E4M3": 1,
-                  "F8_E5M2": 1}
 # CPU ISA features (strata.hardware.cpu names) with native bf16 arithmetic.
 _NATIVE_BF16 = {"avx512_bf16", "amx_bf16", "bf16"}
 # A float32 copy of a half checkpoint must leave room for activations, cache and the OS.
@@ -170,6 +166,8 @@ def _cpu_half_choice(checkpoint: torch.dtype, checkpoint_bytes: int, cpu_isa: se
 
 
 # -- checkpoint inspection (before transformers sees it, for one-line errors) --------------
+# The files are read by strata.models (hf, gguf), which bounds-check every header and raise
+# one InputError line naming the file; only the storage type -> torch dtype mapping is ours.
 
 
 @dataclass
@@ -184,100 +182,32 @@ class Checkpoint:
     arch: str = ""  # GGUF general.architecture
 
 
-def inspect_hf_dir(path: Path) -> Checkpoint:
-    if not (path / "config.json").is_file():
-        raise InputError(f"{path}: no config.json (not a Hugging Face model directory)")
-    files = sorted(path.glob("*.safetensors"))
-    if not files:
-        raise InputError(f"{path}: no *.safetensors weights (the torch backend reads "
-                         "safetensors only)")
+def _main_type(sizes: Iterable[tuple[str, int]]) -> tuple[str, int]:
+    """(storage type holding most bytes, total bytes) of (type, bytes) pairs."""
     by_type: dict[str, int] = {}
-    for file in files:
-        for dtype, nbytes in read_safetensors_header(file).items():
-            by_type[dtype] = by_type.get(dtype, 0) + nbytes
+    for dtype, nbytes in sizes:
+        by_type[dtype] = by_type.get(dtype, 0) + nbytes
     stored = max(by_type, key=by_type.__getitem__) if by_type else "F32"
-    dtype = _config_dtype(path / "config.json") or _STORED.get(stored, torch.float32)
-    return Checkpoint(path, "hf", dtype, sum(by_type.values()), stored)
+    return stored, sum(by_type.values())
 
 
-def read_safetensors_header(file: Path) -> dict[str, int]:
-    """Bytes per storage type, after checking that the header and the data are all there."""
-    size = file.stat().st_size
-    with file.open("rb") as fh:
-        head = fh.read(8)
-        if len(head) < 8:
-            raise InputError(f"{file}: not a safetensors file ({size} bytes; truncated?)")
-        (n,) = struct.unpack("<Q", head)
-        if n > size - 8:
-            raise InputError(f"{file}: truncated or corrupt safetensors (header claims {n} "
-                             f"bytes, file has {size})")
-        try:
-            header = json.loads(fh.read(n))
-        except (UnicodeDecodeError, json.JSONDecodeError):
-            raise InputError(f"{file}: corrupt safetensors header (not JSON)") from None
-    return _tensor_bytes(file, header, size - 8 - n)
-
-
-def _tensor_bytes(file: Path, header: Any, data_size: int) -> dict[str, int]:
-    if not isinstance(header, dict):
-        raise InputError(f"{file}: corrupt safetensors header (not a JSON object)")
-    by_type: dict[str, int] = {}
-    end = 0
-    for name, entry in header.items():
-        if name == "__metadata__":
-            continue
-        begin, stop, dtype = _entry(file, name, entry)
-        by_type[dtype] = by_type.get(dtype, 0) + stop - begin
-        end = max(end, stop)
-    if end > data_size:
-        raise InputError(f"{file}: truncated safetensors (header describes {end} bytes of "
-                         f"tensor data, the file holds {data_size})")
-    return by_type
-
-
-def _entry(file: Path, name: str, entry: Any) -> tuple[int, int, str]:
-    try:
-        begin, stop = (int(x) for x in entry["data_offsets"])
-        dtype = str(entry["dtype"])
-        elements = int(np.prod([int(d) for d in entry["shape"]], dtype=np.int64))
-    except (KeyError, TypeError, ValueError):
-        raise InputError(f"{file}: corrupt safetensors header (entry {name!r})") from None
-    size = _ELEMENT_BYTES.get(dtype)
-    if stop < begin or (size is not None and elements * size != stop - begin):
-        raise InputError(f"{file}: safetensors header lies: {name} has shape {entry['shape']} "
-                         f"{dtype} but {stop - begin} bytes")
-    return begin, stop, dtype
-
-
-def _config_dtype(config: Path) -> torch.dtype | None:
-    try:
-        data = json.loads(config.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        raise InputError(f"{config}: unreadable or not JSON") from None
-    if not isinstance(data, dict):
-        raise InputError(f"{config}: not a JSON object")
-    value = data.get("dtype") or data.get("torch_dtype")  # transformers 5 / 4.x spelling
-    return _STORED.get(str(value)) if value else None
+def inspect_hf_dir(path: Path) -> Checkpoint:
+    config = read_config(path)
+    tensors = [t for f in safetensors_files(path) for t in read_safetensors_header(f)]
+    stored, nbytes = _main_type((t.dtype, t.nbytes) for t in tensors)
+    value = config.values.get("dtype") or config.values.get("torch_dtype")  # 5.x / 4.x name
+    dtype = _STORED.get(str(value)) if value else None
+    return Checkpoint(path, "hf", dtype or _STORED.get(stored, torch.float32), nbytes, stored)
 
 
 def inspect_gguf(path: Path) -> Checkpoint:
-    try:
-        from gguf import GGUFReader
-    except ImportError as exc:
-        raise BackendUnavailable(f"torch: reading GGUF needs the gguf package ({exc}); or use "
-                                 "--backend llamacpp") from exc
-    try:
-        reader = GGUFReader(path)
-    except Exception as exc:  # the reader raises ValueError, struct.error, IndexError...
-        raise InputError(f"{path}: unreadable GGUF ({_one_line(exc)})") from None
-    by_type: dict[str, int] = {}
-    for t in reader.tensors:
-        by_type[t.tensor_type.name] = by_type.get(t.tensor_type.name, 0) + int(t.n_bytes)
-    stored = max(by_type, key=by_type.__getitem__) if by_type else "F32"
-    field = reader.get_field("general.architecture")
-    arch = str(field.contents()) if field is not None else "?"
-    return Checkpoint(path, "gguf", _STORED.get(stored, torch.float16),
-                      sum(by_type.values()), stored, arch)
+    # The validated header, not read_spec(): a GGUF that lacks the metadata strata's roofline
+    # needs may still be one transformers loads, or refuses with a pointer to llamacpp.
+    layout, sizes = scan_or_input_error(path)
+    stored, nbytes = _main_type((s.type_name, s.nbytes) for s in sizes)
+    arch = layout.kv.get("general.architecture")
+    return Checkpoint(path, "gguf", _STORED.get(stored, torch.float16), nbytes, stored,
+                      arch if isinstance(arch, str) and arch else "?")
 
 
 def _one_line(exc: BaseException) -> str:
