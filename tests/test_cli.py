@@ -120,3 +120,11 @@ def test_probe_completes_without_torch(tmp_path: Path) -> None:
     cpu = data["roofline"]["devices"][0]
     assert cpu["bandwidth"]["triad"]["value"] > 0  # C STREAM needs no torch
     assert cpu["compute"] == {} and "torch not installed" in cpu["unknown"]["compute"]
+
+
+@pytest.mark.parametrize("command", ["", "probe", "bench", "hosts", "compare", "history"])
+def test_every_help_renders(tmp_path: Path, command: str) -> None:
+    # rich markup in help strings ("[/v1]") once crashed --help: render every page for real
+    proc = run_cli(*([command] if command else []), "--help", home=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "Usage: strata" in proc.stdout and "Traceback" not in proc.stderr

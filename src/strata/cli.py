@@ -120,8 +120,8 @@ Opt = typer.Option
 @app.command(context_settings={"help_option_names": ["-h", "--help"]})
 def bench(
     models: Annotated[list[str] | None, typer.Argument(
-        metavar="[MODEL]...", help="file.gguf, a Hugging Face dir, synthetic:<preset>[@f32|f16|"
-        "q8_0|q4_0], or http://host:port[/v1]. Default: the embedded synthetic preset.")] = None,
+        metavar="MODEL", help="file.gguf, a Hugging Face dir, synthetic:<preset>\\[@f32|f16|"
+        "q8_0|q4_0], or http://host:port\\[/v1]. Default: the embedded synthetic preset.")] = None,
     backend: Annotated[str, Opt("--backend", "-B", help="Comma list of llamacpp, torch, openai;"
                                 " auto = every backend that can take the model.")] = "auto",
     n_prompt: Annotated[str, Opt("-p", "--n-prompt", help="Prompt sizes (pp tests); 'none' to "
