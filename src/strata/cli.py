@@ -281,7 +281,7 @@ def hosts(
 def main() -> None:
     """Entry point: every usage/input error becomes one line on stderr and exit code 2."""
     try:
-        code = app(standalone_mode=False)
+        code = app(standalone_mode=False, prog_name="strata")
     except StrataError as exc:
         _fail(str(exc), exc.exit_code)
     except TyperException as exc:  # usage errors: unknown flag, bad value, unknown command
