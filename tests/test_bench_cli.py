@@ -211,3 +211,16 @@ def tiny_server(home: Path) -> Iterator[str]:
         os.environ.pop("STRATA_HOME", None)
     with llama_server(gguf) as server:
         yield server.url
+
+
+@pytest.mark.slow
+def test_sustained_reports_timeline_and_drop(home: Path) -> None:
+    recs = _records(_bench(home, TINY, "-B", "llamacpp", "-n", "8", "-p", "none",
+                           "--sustained", "3", "-o", "json"))
+    assert len(recs) == 1 and recs[0]["test"].startswith("sustained tg8")
+    s = recs[0]["sustained"]
+    assert len(s["timeline"]) == recs[0]["n"] > 1
+    times = [t for t, _ in s["timeline"]]
+    assert times == sorted(times) and times[-2] < 3.0  # the last step started in time
+    assert s["first_tps"] > 0 and s["last_tps"] > 0 and s["drop"] is not None
+    assert s["throttled"] in (True, False, None)  # the telemetry verdict, whatever it is here
