@@ -85,7 +85,7 @@ def test_sustained_drop() -> None:
     timeline = [(float(t), 100.0 if t < 30 else 80.0) for t in range(1, 121)]
     rep = summarize_timeline(timeline, 120.0)
     assert rep.window_s == 60.0
-    assert rep.first_tps == pytest.approx((29 * 100 + 31 * 80) / 60)
+    assert rep.first_tps == pytest.approx((29 * 100 + 32 * 80) / 61)  # t in [1, 61]
     assert rep.last_tps == pytest.approx(80.0)
     assert rep.drop > 0
     short = summarize_timeline([(1.0, 10.0), (2.0, 10.0), (3.0, 5.0), (4.0, 5.0)], 4.0)

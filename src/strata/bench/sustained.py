@@ -38,8 +38,9 @@ def summarize_timeline(timeline: list[tuple[float, float]], seconds: float) -> S
     rep = SustainedReport(seconds=seconds, window_s=window_for(seconds), timeline=timeline)
     if not timeline:
         return rep
-    end = timeline[-1][0]
-    first = [v for t, v in timeline if t <= rep.window_s]
+    start, end = timeline[0][0], timeline[-1][0]
+    # windows anchored on the first and last samples, so neither is ever empty
+    first = [v for t, v in timeline if t <= start + rep.window_s]
     last = [v for t, v in timeline if t >= end - rep.window_s]
     if first and last:
         rep.first_tps, rep.last_tps = sum(first) / len(first), sum(last) / len(last)
