@@ -261,6 +261,72 @@ def history(
 
 
 @app.command()
+def report(
+    out_path: Annotated[Path, typer.Option("--out", metavar="FILE", help="Where to write the "
+                                           "HTML file.")] = Path("report.html"),
+    open_it: Annotated[bool, typer.Option("--open", help="Open it in the default browser "
+                                          "once written.")] = False,
+    db: DbOption = None,
+) -> None:
+    """One self-contained HTML report: host card, roofline chart, t/s vs depth and prompt size,
+    sustained runs and throttling, quantisation frontier, fit table.
+
+    No scripts, fonts or network requests: the file opens offline and can be shared as is.
+    A section without data says which command fills it.
+
+    [bold]Examples[/bold]
+      strata report                          [dim]# writes ./report.html[/dim]
+      strata report --out ~/host.html --open
+    """
+    from strata.commands.report import open_report, run_report
+
+    outcome = run_report(_open_store(db), out_path)
+    out.print(outcome.summary(), highlight=False, soft_wrap=True)
+    if open_it and not open_report(outcome.path):
+        err.print(f"could not start a browser: open {outcome.path} by hand")
+
+
+@app.command()
+def quality(
+    model: Annotated[str, typer.Argument(
+        help="file.gguf, a Hugging Face dir (with its tokenizer files) or synthetic:<preset>"
+        "\\[@f32|f16|q8_0|q4_0].")],
+    ref: Annotated[str | None, typer.Option(
+        "--ref", metavar="MODEL", help="Reference with the same vocabulary (e.g. the f16 of a "
+        "q4_0): adds KL divergence, top-1 agreement and the decode speed ratio.")] = None,
+    text: Annotated[Path | None, typer.Option(
+        "--text", metavar="FILE", help="UTF-8 text to score (default: the stdlib's pydoc "
+        "topics, offline).")] = None,
+    ctx: Annotated[int, typer.Option(
+        "--ctx", help="Tokens per chunk; the second half of each chunk is scored "
+        "(llama-perplexity's convention).")] = 512,
+    backend: Annotated[str, typer.Option(
+        "--backend", "-B", help="llamacpp, torch, both, or auto (llamacpp when the model has "
+        "a GGUF, else torch).")] = "auto",
+    max_chunks: Annotated[int, typer.Option(
+        "--max-chunks", metavar="K", help="Score only the first K chunks (bounds the time).")]
+    = 32,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the results as JSON.")] = False,
+    db: DbOption = None,
+) -> None:
+    """What a quantisation costs: perplexity; with --ref, KL, top-1 and the speed ratio.
+
+    Every backend scores the same token ids and the same weights (torch: the GGUF in float32).
+    Results are stored with the host, next to the bench results.
+
+    [bold]Examples[/bold]
+      strata quality synthetic:smollm2-135m@q8_0          [dim]# perplexity, default text[/dim]
+      strata quality model-q4_0.gguf --ref model-f16.gguf  [dim]# KL, top-1, speed ratio[/dim]
+      strata quality model.gguf --backend both --ctx 256   [dim]# llama.cpp vs PyTorch[/dim]
+      strata quality model.gguf --text my.txt --max-chunks 64 --json
+    """
+    conn = _open_store(db)  # fail on a bad --db before tokenising or loading anything
+    from strata.commands.quality import quality_main
+
+    quality_main(model, ref, text, ctx, backend, max_chunks, json_out, conn, out, err)
+
+
+@app.command()
 def hosts(
     json_out: Annotated[bool, typer.Option("--json", help="Print as JSON.")] = False,
     db: DbOption = None,

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from strata.backends.base import BackendUnavailable, LoadConfig, RunRequest, RunTrace
 from strata.errors import InputError, StrataError
 from strata.models.source import ResolvedModel
@@ -371,6 +373,42 @@ class LlamaCppBackend:
         why = _LOG.last_error() or ("no KV slot: context too small" if ret == 1 else "")
         raise StrataError(f"llama_decode failed (ret {ret}) during the {what}: {why}".rstrip(": "))
 
+    # -- per-position logits (strata quality) --------------------------------------------
+    def logits(self, tokens: list[int] | tuple[int, ...], start: int = 0) -> np.ndarray:
+        """Logits at positions start..n-1 of `tokens`, decoded from an empty KV cache at
+        positions 0..n-1: float32 [n - start, n_vocab]; row j is the distribution of token
+        start + j + 1. Earlier positions only fill the cache (no output-head work). Not timed;
+        for strata quality."""
+        m = self._need_model()
+        if not 0 <= start < len(tokens):
+            raise ValueError(f"start {start} outside 0..{len(tokens) - 1}")
+        self._ensure_context(RunRequest(depth_tokens=(), prompt_tokens=tuple(tokens), n_gen=0))
+        ctx = self._ctx
+        out = np.empty((len(tokens) - start, m.n_vocab), dtype=np.float32)
+        _LOG.errors.clear()
+        lc.llama_memory_clear(lc.llama_get_memory(ctx), False)
+        batches = self._prompt_batches(tuple(tokens), 0, lc.llama_n_batch(ctx))
+        try:
+            for b in batches:
+                self._decode_rows(b, start, out)
+        finally:
+            for b in batches:
+                b.free()
+        return out
+
+    def _decode_rows(self, b: _Batch, start: int, out: np.ndarray) -> None:
+        """Decode one batch asking for the logits of positions >= start; copy them out."""
+        raw = b.raw
+        pos = [raw.pos[i] for i in range(raw.n_tokens)]
+        for i, p in enumerate(pos):
+            raw.logits[i] = int(p >= start)
+        self._decode(b, "logits pass")
+        wanted = [p for p in pos if p >= start]
+        if wanted:  # llama.cpp packs the requested rows in batch order
+            rows = np.ctypeslib.as_array(lc.llama_get_logits(self._ctx),
+                                         shape=(len(wanted), out.shape[1]))
+            out[wanted[0] - start:wanted[-1] - start + 1] = rows
+
     # -- description ---------------------------------------------------------------------
     def info(self) -> dict[str, Any]:
         cfg = self._cfg
@@ -397,6 +435,37 @@ class LlamaCppBackend:
         if self._m is not None:
             out.update(model_file=str(self._m.path), n_vocab=self._m.n_vocab)
         return out
+
+
+def tokenize_gguf(path: Path, text: str) -> tuple[list[int], int | None]:
+    """`text` as token ids by the GGUF's own tokenizer, no special tokens added or parsed, and
+    the BOS id llama.cpp puts first for this vocabulary (None when it adds none).
+
+    Loads the vocabulary only (no weights), so a long text is checked in seconds.
+    """
+    _init_once()
+    params = lc.llama_model_default_params()
+    params.vocab_only = True
+    _LOG.errors.clear()
+    model = lc.llama_model_load_from_file(str(path).encode(), params)
+    if not model:
+        why = _LOG.last_error() or "truncated or corrupt?"
+        raise InputError(f"{path}: llama.cpp could not load this GGUF's vocabulary ({why})")
+    try:
+        vocab = lc.llama_model_get_vocab(model)
+        data = text.encode("utf-8")
+        cap = len(data) + 16  # a token covers at least one byte, except special ones
+        while True:
+            buf = (lc.llama_token * cap)()
+            n = lc.llama_tokenize(vocab, data, len(data), buf, cap, False, False)
+            if n >= 0:
+                break
+            cap = -n  # too small: llama.cpp says how many it needs
+        ids = np.ctypeslib.as_array(buf)[:n].tolist()
+        bos = lc.llama_vocab_bos(vocab) if lc.llama_vocab_get_add_bos(vocab) else -1
+        return ids, (bos if bos >= 0 else None)
+    finally:
+        lc.llama_model_free(model)
 
 
 def _llama_cpp_version() -> str:

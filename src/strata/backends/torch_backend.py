@@ -380,6 +380,23 @@ class TorchBackend:
             "gen_inputs": GEN_INPUTS_NOTE,
         }
 
+    def logits(self, tokens: list[int] | tuple[int, ...], start: int = 0) -> np.ndarray:
+        """Logits at positions start..n-1 of `tokens` (positions 0..n-1, no cache): float32
+        [n - start, vocab]; row j is the distribution of token start + j + 1. Not timed; for
+        strata quality."""
+        s = self._loaded()
+        if not 0 <= start < len(tokens):
+            raise ValueError(f"start {start} outside 0..{len(tokens) - 1}")
+        self._validate(RunRequest(depth_tokens=(), prompt_tokens=tuple(tokens), n_gen=0))
+        ids = torch.tensor([list(tokens)], dtype=torch.long, device=s.device)
+        kwargs: dict[str, Any] = {"position_ids": torch.arange(len(tokens), device=s.device)[None],
+                                  "use_cache": False}
+        if s.forward_args.last_logits:  # skip the output head for positions not wanted
+            kwargs[s.forward_args.last_logits] = len(tokens) - start
+        with torch.inference_mode():
+            logits = s.model(input_ids=ids, **kwargs).logits[0]
+        return logits[-(len(tokens) - start):, :s.vocab].float().cpu().numpy()
+
     def close(self) -> None:
         if self._state is None:
             return

@@ -1,0 +1,58 @@
+"""How a token stream is cut into contexts and which positions count: llama.cpp's
+`llama-perplexity` convention, so strata's figures read like llama.cpp's.
+
+  * the text's tokens are cut into consecutive, non-overlapping chunks of `ctx` tokens
+    (the tail shorter than one chunk is dropped); the first `max_chunks` are used;
+  * each chunk is evaluated from an empty KV cache, its first token replaced by BOS when the
+    model's tokenizer adds one;
+  * only the second half is scored: the logits at positions ctx/2 .. ctx-2 predict tokens
+    ctx/2+1 .. ctx-1 — every scored token sees at least ctx/2 tokens of context, so the
+    figure measures the model, not how little context the first tokens of a chunk have.
+The same ids and positions are fed to every backend and to the reference model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from strata.quality.tokenizer import Tokens
+
+MIN_CTX = 8  # a chunk must leave several scored positions
+
+
+@dataclass(frozen=True)
+class ChunkPlan:
+    tokens: Tokens
+    ctx: int
+    n_chunks: int
+
+    @classmethod
+    def of(cls, tokens: Tokens, ctx: int, max_chunks: int) -> ChunkPlan:
+        return cls(tokens, ctx, min(max_chunks, len(tokens) // ctx))
+
+    @property
+    def first(self) -> int:
+        """First scored position: logits from here on count."""
+        return self.ctx // 2
+
+    @property
+    def scored_per_chunk(self) -> int:
+        return self.ctx - 1 - self.first
+
+    @property
+    def n_scored(self) -> int:
+        return self.n_chunks * self.scored_per_chunk
+
+    def inputs(self, i: int) -> list[int]:
+        """Token ids fed to the model for chunk i (BOS in place of the first, if any)."""
+        ids = self.tokens.ids[i * self.ctx:(i + 1) * self.ctx].tolist()
+        if self.tokens.bos is not None:
+            ids[0] = self.tokens.bos
+        return ids
+
+    def targets(self, i: int) -> np.ndarray:
+        """The tokens the scored logits predict: positions first+1 .. ctx-1 of chunk i."""
+        start = i * self.ctx
+        return self.tokens.ids[start + self.first + 1:start + self.ctx]

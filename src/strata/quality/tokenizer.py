@@ -1,0 +1,165 @@
+"""Text -> token ids by the model's own tokenizer, chosen through a registry of schemes.
+
+  synthetic  strata's synthetic models (random weights) have a vocabulary of single CJK
+             characters that English text never uses; the text is mapped deterministically
+             into the model's plain-text ids instead: id = FIRST_TEXT_ID + (code point mod
+             the number of text ids). Perplexity then measures the model on that token
+             stream, which is what a speed-model's quality figures need to be comparable.
+  gguf       llama.cpp's tokenizer of the GGUF (vocabulary-only load, no weights)
+  hf         the tokenizer files of a Hugging Face directory (transformers' AutoTokenizer)
+
+Every backend scores the same ids: tokenisation happens once, here, not in each backend.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from strata.errors import InputError
+from strata.models.source import ResolvedModel
+
+# A Hugging Face directory holds at least one of these when it carries a tokenizer.
+HF_TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer_config.json")
+GGUF_SYNTHETIC_KEY = "strata.synthetic"  # written by strata's synthetic GGUF writer
+HF_SYNTHETIC_KEY = "strata_synthetic"  # ... and into the synthetic config.json
+
+
+@dataclass(frozen=True)
+class Tokens:
+    """A text as token ids of one vocabulary, no special tokens."""
+
+    ids: np.ndarray  # int64
+    bos: int | None  # what the model expects first in a context (None: nothing)
+    scheme: str  # how the ids were made, in words (stored with every result)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
+# -- synthetic ---------------------------------------------------------------------------
+
+
+def _gguf_path(model: ResolvedModel) -> Path | None:
+    art = model.artefacts.get("gguf")
+    return art if isinstance(art, Path) else None
+
+
+def _hf_dir(model: ResolvedModel) -> Path | None:
+    art = model.artefacts.get("hf")
+    return art if isinstance(art, Path) else None
+
+
+def is_synthetic(model: ResolvedModel) -> bool:
+    """A strata synthetic model, by name or by the marker its files carry (a re-quantised
+    synthetic GGUF passed as a path keeps the marker, so it tokenises like its source)."""
+    if model.kind == "synthetic":
+        return True
+    gguf, hf = _gguf_path(model), _hf_dir(model)
+    if gguf is not None:
+        from strata.models.gguf import scan_or_input_error
+
+        return GGUF_SYNTHETIC_KEY in scan_or_input_error(gguf)[0].kv
+    if hf is not None:
+        from strata.models.hf import read_config
+
+        return HF_SYNTHETIC_KEY in read_config(hf).values
+    return False
+
+
+def synthetic_ids(text: str, vocab: int) -> np.ndarray:
+    from strata.models.synthetic import FIRST_TEXT_ID
+
+    n_text = vocab - FIRST_TEXT_ID
+    if n_text < 1:
+        raise InputError(f"synthetic vocab of {vocab} has no plain-text ids")
+    cps = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32).astype(np.int64)
+    return FIRST_TEXT_ID + cps % n_text
+
+
+def _synthetic(model: ResolvedModel, text: str) -> Tokens:
+    from strata.models.synthetic import BOS_ID, FIRST_TEXT_ID
+
+    vocab = _vocab(model)
+    return Tokens(synthetic_ids(text, vocab), BOS_ID,
+                  f"synthetic: one token per character, id = {FIRST_TEXT_ID} + code point mod "
+                  f"{vocab - FIRST_TEXT_ID} (the model's plain-text ids)")
+
+
+def _vocab(model: ResolvedModel) -> int:
+    if model.spec is None:
+        raise InputError(f"MODEL {model.ref}: no vocabulary size known")
+    return model.spec.vocab
+
+
+# -- GGUF (llama.cpp) --------------------------------------------------------------------
+
+
+def _gguf(model: ResolvedModel, text: str) -> Tokens:
+    path = model.path("gguf", "llamacpp")
+    try:
+        from strata.backends.llamacpp import tokenize_gguf
+    except Exception as exc:  # BackendUnavailable: llama-cpp-python missing
+        raise InputError(f"MODEL {model.ref}: tokenising a GGUF needs llama.cpp ({exc})") from None
+    ids, bos = tokenize_gguf(path, text)
+    return Tokens(np.asarray(ids, dtype=np.int64), bos, f"llama.cpp tokenizer of {path.name}")
+
+
+# -- Hugging Face ------------------------------------------------------------------------
+
+
+def _hf(model: ResolvedModel, text: str) -> Tokens:
+    folder = model.path("hf", "torch")
+    if not any((folder / name).is_file() for name in HF_TOKENIZER_FILES):
+        raise InputError(f"MODEL {model.ref}: {folder} has no tokenizer files "
+                         f"({', '.join(HF_TOKENIZER_FILES)}); copy them from the model's repo")
+    tok = _auto_tokenizer(model, folder)
+    with contextlib.redirect_stderr(io.StringIO()):  # "sequence longer than max length"
+        ids = tok(text, add_special_tokens=False)["input_ids"]
+        with_special = tok("a")["input_ids"]
+    bos = tok.bos_token_id
+    adds_bos = bos is not None and with_special[:1] == [bos]  # what the tokenizer itself does
+    return Tokens(np.asarray(ids, dtype=np.int64), bos if adds_bos else None,
+                  f"transformers tokenizer of {folder.name} ({type(tok).__name__})")
+
+
+def _auto_tokenizer(model: ResolvedModel, folder: Path):  # -> transformers tokenizer
+    import transformers
+
+    try:
+        return transformers.AutoTokenizer.from_pretrained(str(folder))
+    except (OSError, ValueError, KeyError) as exc:
+        line = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+        raise InputError(f"MODEL {model.ref}: transformers cannot load the tokenizer in "
+                         f"{folder}: {line}") from None
+
+
+# -- registry ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Scheme:
+    name: str
+    applies: Callable[[ResolvedModel], bool]
+    tokenize: Callable[[ResolvedModel, str], Tokens]
+
+
+# First scheme that applies wins: synthetic before the file formats it also has.
+SCHEMES: list[Scheme] = [
+    Scheme("synthetic", is_synthetic, _synthetic),
+    Scheme("gguf", lambda m: "gguf" in m.artefacts, _gguf),
+    Scheme("hf", lambda m: "hf" in m.artefacts, _hf),
+]
+
+
+def tokenize(model: ResolvedModel, text: str) -> Tokens:
+    for scheme in SCHEMES:
+        if scheme.applies(model):
+            return scheme.tokenize(model, text)
+    raise InputError(f"MODEL {model.ref}: strata quality needs a GGUF, a Hugging Face "
+                     "directory or a synthetic model (an endpoint returns no logits)")
