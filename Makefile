@@ -14,6 +14,7 @@ demo: $(STAMP)
 	$(VENV)/bin/strata bench
 
 test: $(STAMP)
+	sh scripts/install_test_deps.sh
 	$(VENV)/bin/ruff check src tests benchmarks
 	$(PY) -m pytest
 

@@ -1,0 +1,50 @@
+"""Every stored result of the host as one table (the same flat record every printer reads)."""
+
+from __future__ import annotations
+
+from strata.bench.records import record
+from strata.report.data import ReportData
+from strata.report.html import Raw, Section, badge, details, empty, fmt, table
+from strata.report.svg import esc
+
+HEADERS = ["model", "backend", "test", "t/s", "n", "ceiling t/s", "η", "bound", "TTFT ms",
+           "peak RSS", "throttled", "run", "notes"]
+
+
+def _throttled(flag: bool | None) -> Raw | None:
+    if flag is None:
+        return None
+    return badge("yes", "bad") if flag else badge("no", "ok")
+
+
+def _notes(notes: list[str]) -> Raw | None:
+    if not notes:
+        return None
+    items = "".join(f"<li>{esc(n)}</li>" for n in notes)
+    return details(f"{len(notes)} note{'s' if len(notes) > 1 else ''}", f"<ul>{items}</ul>")
+
+
+def _row(rec: dict, run_id: int) -> list[object]:
+    ts = rec.get("avg_ts")
+    sd = rec.get("stddev_ts") or 0.0
+    ceiling = rec.get("prefill_ceiling_ts") if rec["n_prompt"] and not rec["n_gen"] \
+        else rec.get("decode_ceiling_ts")
+    rss = rec.get("peak_rss_bytes")
+    return [rec["model_filename"], rec["backend"], rec["test"],
+            f"{ts:,.1f} ± {sd:,.1f}" if ts is not None else None, rec.get("n"),
+            fmt(ceiling), fmt(rec.get("eta"), ".2f"), rec.get("bound"),
+            fmt(rec.get("ttft_ms"), ",.2f"), f"{rss / 2**20:,.0f} MiB" if rss else None,
+            _throttled(rec.get("throttled")), run_id, _notes(rec.get("notes") or [])]
+
+
+def results_section(data: ReportData) -> Section:
+    title = "All results"
+    if not data.results:
+        return Section("results", title, empty("no bench results yet", "strata bench MODEL"),
+                       False)
+    rows = [_row(record(r), r.run_id) for r in data.results]
+    runs = ", ".join(f"#{r.id} {r.status} {r.started_at}" + (f" @{r.git_commit}"
+                                                            if r.git_commit else "")
+                     for r in data.runs)
+    body = table(HEADERS, rows, cls="num") + f'<p class="note">runs: {esc(runs)}</p>'
+    return Section("results", title, body, True)
