@@ -99,3 +99,18 @@ def test_model_inside_cache_is_called_out() -> None:
     assert "last-level cache" in ex.verdict[0]
     big = explain(spec, BenchTest(0, 8), roof, "f16", None, {"decode_tps": 1.0}, 1024)
     assert not any("last-level cache" in v for v in big.verdict)
+
+
+def test_prompt_flops_amortise_the_head() -> None:
+    spec = _spec(tied=False)
+    head = 256 * 64
+    assert spec.head_params() == head
+    body = spec.active_params() - head
+    # decode: every token goes through the head; a 64-token prompt: only the last one
+    assert spec.flops_per_token(0) == 2 * (body + head)
+    assert spec.flops_per_token(0, logits_share=1 / 64) == pytest.approx(2 * (body + head / 64))
+    roof = DeviceRoofline("cpu", "x", bandwidth={"read": Figure(1.0, "m")},
+                          compute={"fp32": Figure(1.0, "m")})
+    ex = explain(spec, BenchTest(64, 0), roof, "f16", None, {"prefill_tps": 1.0})
+    attention = 4 * 1 * 4 * 16 * 32  # layers x heads x head_dim x mid-prompt context 32
+    assert ex.flops_per_prompt_token == pytest.approx(2 * (body + head / 64) + attention)

@@ -123,7 +123,7 @@ def test_probe_completes_without_torch(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("command", ["", "probe", "bench", "hosts", "compare", "history",
-                                     "report", "quality"])
+                                     "report", "quality", "fit"])
 def test_every_help_renders(tmp_path: Path, command: str) -> None:
     # rich markup in help strings ("[/v1]") once crashed --help: render every page for real
     proc = run_cli(*([command] if command else []), "--help", home=tmp_path)

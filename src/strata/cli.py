@@ -327,6 +327,44 @@ def quality(
 
 
 @app.command()
+def fit(
+    model: Annotated[str, typer.Argument(
+        metavar="MODEL", help="file.gguf, a Hugging Face dir, or synthetic:<preset>@<quant> "
+        "(f32, f16, q8_0, q4_0). Only its metadata is read: nothing is loaded or written.")],
+    ctx: Annotated[int | None, typer.Option("--ctx", "-c", help="Context per sequence, in "
+                                            "tokens (default 4096).", show_default=False)]
+    = None,
+    batch: Annotated[int, typer.Option("--batch", help="Parallel sequences, each with its own "
+                                       "context.")] = 1,
+    kv_type: Annotated[str | None, typer.Option("--kv-type", help="KV cache type for llamacpp: "
+                                                "f16 (default), q8_0, q4_0.",
+                                                show_default=False)] = None,
+    backend: Annotated[str, typer.Option("--backend", "-B", help="llamacpp or torch.")]
+    = "llamacpp",
+    json_out: Annotated[bool, typer.Option("--json", help="Print everything as JSON.")] = False,
+    db: DbOption = None,
+) -> None:
+    """Will MODEL fit on this machine, with how much context, and how fast would it run?
+
+    Per device: weights (exact per-tensor bytes), KV cache (grouped-query aware), buffers and
+    overhead (the rules are printed), the verdict with the -ngl to pass to llama.cpp, the
+    largest context and the quantisations that fit. Predicted t/s = this host's measured
+    roofline x the median η of its past bench results (else a stated prior).
+
+    [bold]Examples[/bold]
+      strata fit synthetic:llama-3.1-8b@q4_0 --ctx 32768
+      strata fit model.gguf --kv-type q8_0 --batch 4
+      strata fit ./hf-model-dir --backend torch --json
+    """
+    conn = _open_store(db)
+    from strata.commands.fit import print_fit, run_fit
+
+    report = run_fit(conn, model, ctx=ctx, batch=batch, kv_type=kv_type, backend=backend,
+                     console=err)
+    print_fit(report, json_out, out)
+
+
+@app.command()
 def hosts(
     json_out: Annotated[bool, typer.Option("--json", help="Print as JSON.")] = False,
     db: DbOption = None,

@@ -71,7 +71,7 @@ def explain(spec: ModelSpec, test: BenchTest, roof: DeviceRoofline, kv_type: str
         dtype, gflops = "fp32", roof.peak_gflops("fp32")
     ex = Explanation(bytes_per_token=weights + kv, weight_bytes_per_token=weights,
                      kv_bytes_per_token=kv,
-                     flops_per_prompt_token=spec.flops_per_token(test.depth + test.n_prompt // 2),
+                     flops_per_prompt_token=_prompt_flops(spec, test),
                      device=roof.device, bandwidth_gbs=roof.peak_bandwidth_gbs(),
                      compute_dtype=dtype, compute_gflops=gflops)
     _ceilings(ex)
@@ -88,6 +88,13 @@ def explain(spec: ModelSpec, test: BenchTest, roof: DeviceRoofline, kv_type: str
                 f"bandwidth: best STREAM rate of {roof.device}",
                 f"FLOP/s: measured {dtype} matmul" if dtype else "FLOP/s: not measured"]
     return ex
+
+
+def _prompt_flops(spec: ModelSpec, test: BenchTest) -> float:
+    """FLOPs per prompt token at the prompt's middle context; logits for the last token only
+    (what llama-bench and both in-process backends compute), so the head is amortised."""
+    n = max(test.n_prompt, 1)
+    return spec.flops_per_token(test.depth + test.n_prompt // 2, logits_share=1 / n)
 
 
 def _ceilings(ex: Explanation) -> None:

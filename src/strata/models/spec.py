@@ -94,10 +94,20 @@ class ModelSpec:
             n -= embd.elements
         return n
 
-    def flops_per_token(self, ctx: int) -> float:
-        """2 x active params + attention (QK^T and AV: 2 x 2 x layers x heads x head_dim x ctx)."""
+    def head_params(self) -> int:
+        """Parameters of the output head (the embedding table when tied)."""
+        head = self.tensor(OUTPUT) or (self.tensor(TOKEN_EMBD) if self.tied_embeddings else None)
+        return head.elements if head is not None else 0
+
+    def flops_per_token(self, ctx: int, logits_share: float = 1.0) -> float:
+        """2 x active params + attention (QK^T and AV: 2 x 2 x layers x heads x head_dim x ctx).
+
+        `logits_share` is the fraction of tokens whose logits are computed: a prompt of N
+        tokens needs the output head for its last token only (1 / N), a decode step for each.
+        """
         attention = 4 * self.n_layers * self.n_heads * self.head_dim * ctx
-        return 2 * self.active_params() + attention
+        head = self.head_params()
+        return 2 * (self.active_params() - head + head * logits_share) + attention
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

@@ -1,0 +1,180 @@
+"""`fit_model`: will this model fit on each device of a host, and how fast would it run there.
+
+Works from metadata alone (a ResolvedModel's spec: GGUF header, HF config + safetensors
+headers, or a synthetic preset's tensor plan); nothing is loaded, written or materialised.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from strata.errors import InputError
+from strata.fit.backends import BACKENDS, DEVICE_KINDS, BackendRules, Runtime, backend_rules
+from strata.fit.memory import Shape, rules_text
+from strata.fit.predict import EtaHistory, Prediction, predict
+from strata.fit.verdict import (
+    FITS,
+    MAX_CTX,
+    PARTIAL,
+    Budget,
+    Case,
+    DeviceFit,
+    budgets,
+    evaluate,
+)
+from strata.fit.weights import QuantSpec
+from strata.hardware.profile import HostProfile
+from strata.measure.roofline import Roofline
+from strata.models.source import ResolvedModel
+
+DEFAULT_CTX = 4096
+
+
+@dataclass(frozen=True)
+class FitOptions:
+    ctx: int = DEFAULT_CTX
+    batch: int = 1
+    kv_type: str | None = None  # None: the backend's default (llama.cpp f16; torch its dtype)
+    backend: str = "llamacpp"
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.ctx <= MAX_CTX:
+            raise InputError(f"--ctx {self.ctx}: must be between 1 and {MAX_CTX:,} tokens")
+        if self.batch < 1:
+            raise InputError(f"--batch {self.batch}: must be at least 1 (parallel sequences)")
+        rules = backend_rules(self.backend)
+        if self.kv_type is not None and rules.kv_types and self.kv_type not in rules.kv_types:
+            raise InputError(f"--kv-type {self.kv_type}: choose one of "
+                             f"{', '.join(rules.kv_types)}")
+
+    @property
+    def rules(self) -> BackendRules:
+        return BACKENDS[self.backend]
+
+
+@dataclass
+class QuantWeights:
+    quant: str
+    weight_bytes: int
+    exact: bool
+
+
+@dataclass
+class FitReport:
+    model: dict[str, Any]
+    options: FitOptions
+    host: str
+    rows: list[DeviceFit]
+    quants: list[QuantWeights]
+    predictions: list[Prediction] = field(default_factory=list)
+    prediction_absent: list[str] = field(default_factory=list)  # why a prediction is missing
+    rules: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    fingerprint: str | None = None
+
+    def row(self, device: str) -> DeviceFit:
+        return next(r for r in self.rows if r.budget.device == device)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"model": self.model, "options": asdict(self.options), "host": self.host,
+                "fingerprint": self.fingerprint, "devices": [r.to_dict() for r in self.rows],
+                "quantisations": [asdict(q) for q in self.quants],
+                "predictions": [p.to_dict() for p in self.predictions],
+                "prediction_absent": self.prediction_absent, "rules": self.rules,
+                "notes": self.notes}
+
+
+def _model_summary(model: ResolvedModel, rt: Runtime) -> dict[str, Any]:
+    s = rt.spec
+    return {"ref": model.ref, "kind": model.kind, "arch": s.arch, "params": s.params(),
+            "weight_bytes": s.weight_bytes(), "dtype": s.main_dtype(), "n_layers": s.n_layers,
+            "n_heads": s.n_heads, "n_kv_heads": s.n_kv_heads, "head_dim": s.head_dim,
+            "hidden": s.hidden, "ffn": s.ffn, "vocab": s.vocab, "ctx_max": s.ctx_max,
+            "kv_type": rt.kv_type, "runtime_dtype": rt.runtime_dtype}
+
+
+def _shape(options: FitOptions, kv_type: str) -> Shape:
+    return Shape(ctx=options.ctx, batch=options.batch, kv_type=kv_type)  # bench's batches
+
+
+def _device_row(model: ResolvedModel, host: HostProfile, options: FitOptions,
+                budget: Budget, ram: Budget) -> tuple[DeviceFit, Runtime, list[QuantSpec]]:
+    rules = options.rules
+    rt = rules.runtime(model, host, budget.kind, options.kv_type)
+    case = Case(rt.spec, _shape(options, rt.kv_type), rules)
+    quants = [rules.quant(model, rt, q) for q in rules.quants]
+    quant_cases = {q.quant: case.with_spec(q.spec) for q in quants}
+    return evaluate(case, budget, ram, quant_cases, rt), rt, quants
+
+
+def fit_model(model: ResolvedModel, host: HostProfile, options: FitOptions,
+              roofline: Roofline | None = None, history: EtaHistory | None = None,
+              fingerprint: str | None = None) -> FitReport:
+    """Memory, verdict, largest context and fitting quantisations per device of `host`, and
+    predicted t/s where `roofline` measures a device the model fits on whole."""
+    if model.spec is None:
+        raise InputError(f"MODEL {model.ref}: fit works from a model's metadata; an endpoint "
+                         "has none (give a .gguf file, a Hugging Face directory or "
+                         "synthetic:<preset>)")
+    devices = budgets(host)
+    ram = devices[0]  # the CPU's: where whatever a GPU does not hold must fit
+    rows, runtimes, quants = [], {}, []
+    for budget in devices:
+        row, rt, q = _device_row(model, host, options, budget, ram)
+        rows.append(row)
+        runtimes[budget.device] = rt
+        quants = quants or q  # the CPU's; the same bytes on every device kind
+    cpu_rt = runtimes["cpu"]
+    report = FitReport(model=_model_summary(model, cpu_rt), options=options,
+                       host=_host_summary(host), rows=rows,
+                       quants=[QuantWeights(q.quant, q.spec.weight_bytes(), q.exact)
+                               for q in quants],
+                       rules=rules_text({k: options.rules.devices[k] for k in DEVICE_KINDS
+                                         if any(r.budget.kind == k for r in rows)}),
+                       notes=_notes(list(runtimes.values()), options), fingerprint=fingerprint)
+    _add_predictions(report, runtimes, roofline, history or EtaHistory(options.backend))
+    return report
+
+
+def _host_summary(host: HostProfile) -> str:
+    from strata.store.hosts import host_summary
+
+    return host_summary(host)
+
+
+def _notes(runtimes: list[Runtime], options: FitOptions) -> list[str]:
+    notes = list(dict.fromkeys(n for rt in runtimes for n in rt.notes))  # once each, in order
+    s = runtimes[0].spec
+    if s.ctx_max and options.ctx > s.ctx_max:
+        notes.append(f"--ctx {options.ctx} is beyond the model's trained context ({s.ctx_max})")
+    if options.batch > 1:
+        notes.append(f"--batch {options.batch}: KV and logits for {options.batch} sequences of "
+                     f"{options.ctx} tokens each; predictions are for one sequence")
+    notes.append("plan from metadata only: no weights were loaded or written")
+    return notes
+
+
+def _add_predictions(report: FitReport, runtimes: dict[str, Runtime],
+                     roofline: Roofline | None, history: EtaHistory) -> None:
+    if roofline is None:
+        report.prediction_absent.append(
+            "no measured roofline for this host: run `strata probe --measure` (or any "
+            "`strata bench`, which measures it once), then fit again")
+        return
+    for row in report.rows:
+        device = row.budget.device
+        if row.verdict == PARTIAL:
+            report.prediction_absent.append(
+                f"{device}: not predicted for a partial offload (how the split's devices add "
+                f"up is not modelled): bench it with -ngl {row.placement.ngl}")
+        if row.verdict != FITS:
+            continue
+        roof = roofline.device(device)
+        if roof is None:
+            report.prediction_absent.append(f"{device}: this host's roofline does not measure "
+                                            "it (strata probe --measure)")
+            continue
+        rt = runtimes[device]
+        report.predictions += predict(rt.spec, roof, rt.kv_type, rt.runtime_dtype, history,
+                                      report.options.ctx)

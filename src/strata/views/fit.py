@@ -1,0 +1,87 @@
+"""Terminal view of a fit plan: one row per device, then predictions, rules and notes."""
+
+from __future__ import annotations
+
+from rich.table import Table
+from rich.text import Text
+
+from strata.fit import FITS, NO, PARTIAL, DeviceFit, FitReport, Prediction
+
+GiB, MiB = 2**30, 2**20
+VERDICT_STYLE = {FITS: "green", PARTIAL: "yellow", NO: "red"}
+
+
+def size(n: int | float | None) -> str:
+    if n is None:
+        return "?"
+    return f"{n / GiB:,.2f} GiB" if n >= GiB else f"{n / MiB:,.1f} MiB"
+
+
+def _max_ctx(row: DeviceFit) -> str:
+    if row.max_ctx is None:
+        return "-" if row.budget.available is None else "none"
+    return f"{row.max_ctx:,}" + (" (model max)" if row.max_ctx_is_model_limit else "")
+
+
+def fit_table(report: FitReport) -> Table:
+    o = report.options
+    kv = report.model["kv_type"]
+    title = (f"strata fit · {report.model['ref']} · {o.backend} · ctx {o.ctx:,} x batch "
+             f"{o.batch} · KV {kv}")
+    t = Table(title=title, title_justify="left")
+    for col, just in (("device", "left"), ("weights", "right"), ("KV", "right"),
+                      ("buffers", "right"), ("overhead", "right"), ("total", "right"),
+                      ("available", "right"), ("verdict", "left"), ("-ngl", "right"),
+                      ("max ctx", "right")):
+        t.add_column(col, justify=just)  # type: ignore[arg-type]
+    for row in report.rows:
+        m = row.placement.device
+        ngl = row.placement.ngl
+        t.add_row(f"{row.budget.device} ({row.budget.name})", size(m.weights), size(m.kv),
+                  size(m.buffers), size(m.overhead), size(m.total), size(row.budget.available),
+                  Text(row.verdict_text, style=VERDICT_STYLE.get(row.verdict, "dim")),
+                  "-" if ngl is None or row.verdict == NO else str(ngl), _max_ctx(row))
+    return t
+
+
+def _eta_text(p: Prediction) -> str:
+    return f"ceiling {p.ceiling_tps:,.1f} t/s x η {p.eta.value:.2f}: {p.eta.basis}"
+
+
+def prediction_lines(report: FitReport) -> list[Text]:
+    lines = []
+    for device in dict.fromkeys(p.device for p in report.predictions):
+        lines.append(Text.assemble(("predicted", "bold"), f" on {device} with "
+                                   f"{report.options.backend} (a prediction from the measured "
+                                   "roofline, not a measurement):"))
+        for p in (p for p in report.predictions if p.device == device):
+            spread = f" ({p.low_tps:,.1f}-{p.high_tps:,.1f})" if p.high_tps > p.low_tps else ""
+            lines.append(Text(f"  {p.test:<14} ≈ {p.tps:,.1f} t/s{spread}  {_eta_text(p)}"))
+    lines += [Text.assemble(("no prediction", "yellow"), f": {why}")
+              for why in report.prediction_absent]
+    return lines
+
+
+def note_lines(report: FitReport) -> list[Text]:
+    return [Text(line, style="dim") for line in _notes(report)]
+
+
+def _notes(report: FitReport) -> list[str]:
+    lines = [_quants_line(report)]
+    for row in report.rows:
+        host = row.placement.host
+        if host is not None and row.verdict in (FITS, PARTIAL):
+            lines.append(f"{row.budget.device} also needs {size(host.total)} of RAM (token "
+                         f"embedding, layers left on the CPU, logits, runtime)")
+        lines.append(f"{row.budget.device}: {row.reason}; available = {row.budget.basis}")
+    lines += [f"rule: {r}" for r in report.rules]
+    lines += [f"note: {n}" for n in report.notes]
+    return lines
+
+
+def _quants_line(report: FitReport) -> str:
+    weights = ", ".join(f"{q.quant} {size(q.weight_bytes)}" + ("" if q.exact else " (est.)")
+                        for q in report.quants)
+    fits = "; ".join(f"{r.budget.device}: {' '.join(r.quants) or 'none'}" for r in report.rows)
+    return (f"weights at each quantisation: {weights}. Whole on the device at ctx "
+            f"{report.options.ctx:,}: {fits}")
