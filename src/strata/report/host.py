@@ -10,7 +10,7 @@ from strata.hardware.profile import CpuInfo, GpuInfo, HostProfile, SoftwareStack
 from strata.measure.roofline import Roofline
 from strata.report.data import ReportData
 from strata.report.html import Raw, Section, badge, details, empty, kv_table, note, table
-from strata.views.probe import _caches, _device_rows
+from strata.views.probe import cache_summary, device_rows
 
 STATUS_BADGE = {"supported": "supported", "partial": "partial", "unsupported": "unsupported"}
 
@@ -25,7 +25,7 @@ def cpu_card(cpu: CpuInfo) -> Raw:
         ("model", f"{cpu.vendor or '?'} {cpu.model or '?'} ({cpu.arch})"),
         ("cores / threads", f"{cpu.physical_cores or '?'} / {cpu.logical_threads or '?'}"),
         ("clock", f"{clock:.0f} MHz" if clock else None),
-        ("caches", _caches(cpu)),
+        ("caches", cache_summary(cpu)),
         ("NUMA nodes", cpu.numa_nodes),
         ("ISA", " ".join(cpu.isa) or "none of the tracked features"),
         ("RAM", f"{_gib(cpu.ram_total_bytes) or '?'} total, "
@@ -68,7 +68,7 @@ def verdict_card(verdicts: list[SupportVerdict]) -> Raw:
 def roofline_card(roof: Roofline | None) -> Raw:
     if roof is None:
         return empty("no roofline measured for this host yet", "strata probe --measure")
-    rows = [row for dev in roof.devices for row in _device_rows(dev)]
+    rows = [row for dev in roof.devices for row in device_rows(dev)]
     parts = [table(["device", "figure", "best", "median", "theoretical", "fraction", "method"],
                    rows, cls="num")]
     for dev in roof.devices:

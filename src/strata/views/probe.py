@@ -21,7 +21,7 @@ def _size(n: int) -> str:
     return f"{n >> 20} MiB" if n >= 1 << 20 else f"{n >> 10} KiB"
 
 
-def _caches(cpu: CpuInfo) -> str:
+def cache_summary(cpu: CpuInfo) -> str:
     parts = []
     for c in cpu.caches:
         kind = {"data": "d", "instruction": "i"}.get(c.kind, "")
@@ -40,7 +40,7 @@ def cpu_table(cpu: CpuInfo) -> Table:
         ("cores / threads", f"{cpu.physical_cores or '?'} / {cpu.logical_threads or '?'}"),
         ("clock", f"{clock:.0f} MHz ({'max' if cpu.freq_mhz_max else 'reported'})"
          if clock else "?"),
-        ("caches", _caches(cpu)),
+        ("caches", cache_summary(cpu)),
         ("NUMA nodes", str(cpu.numa_nodes or "?")),
         ("ISA", " ".join(cpu.isa) or "none of the tracked features"),
         ("RAM", f"{_gib(cpu.ram_total_bytes)} total, {_gib(cpu.ram_available_bytes)} available"),
@@ -125,7 +125,7 @@ def _unit(kind: str, name: str) -> str:
     return "GB/s" if kind == "bandwidth" else ("GOP/s" if name == "int8" else "GFLOP/s")
 
 
-def _device_rows(dev: DeviceRoofline) -> list[tuple[str, ...]]:
+def device_rows(dev: DeviceRoofline) -> list[tuple[str, ...]]:
     rows = []
     for kind, figures in (("bandwidth", dev.bandwidth), ("compute", dev.compute)):
         for name, fig in figures.items():
@@ -144,7 +144,7 @@ def roofline_table(roofline: Roofline) -> Table:
     for col in ("device", "figure", "best", "median", "theoretical", "fraction", "method"):
         t.add_column(col, overflow="fold")
     for dev in roofline.devices:
-        for row in _device_rows(dev):
+        for row in device_rows(dev):
             t.add_row(*row)
     return t
 
