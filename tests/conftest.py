@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -44,3 +45,10 @@ def run_cli(*args: str, home: Path, timeout: float = 300,
     env = {**os.environ, "STRATA_HOME": str(home), "COLUMNS": "200", **(env or {})}
     return subprocess.run([sys.executable, "-m", "strata.cli", *args], capture_output=True,
                           text=True, env=env, timeout=timeout)
+
+
+def home_db(home: Path) -> sqlite3.Connection:
+    """The results DB a CLI run wrote under STRATA_HOME, rows addressable by column name."""
+    conn = sqlite3.connect(home / "strata.db")
+    conn.row_factory = sqlite3.Row
+    return conn

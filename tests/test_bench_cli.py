@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import home_db, run_cli
 
 TINY = "synthetic:tiny@q8_0"
 SMALL_TEST = ("-p", "16", "-n", "8", "-r", "2")
@@ -34,12 +34,6 @@ def _records(proc: subprocess.CompletedProcess[str]) -> list[dict]:
     return json.loads(proc.stdout)
 
 
-def _db(home: Path) -> sqlite3.Connection:
-    conn = sqlite3.connect(home / "strata.db")
-    conn.row_factory = sqlite3.Row
-    return conn
-
-
 @pytest.mark.slow
 def test_llamacpp_and_torch_agree_and_are_explained(home: Path) -> None:
     recs = _records(_bench(home, TINY, "-B", "llamacpp,torch", *SMALL_TEST, "-o", "json"))
@@ -52,7 +46,7 @@ def test_llamacpp_and_torch_agree_and_are_explained(home: Path) -> None:
     # the same scenario yields the same token counts on both backends
     for test in ("pp16", "tg8"):
         assert by[("llamacpp", test)]["n_prompt"] == by[("torch", test)]["n_prompt"]
-    conn = _db(home)
+    conn = home_db(home)
     run = conn.execute("SELECT * FROM runs ORDER BY id DESC LIMIT 1").fetchone()
     assert run["status"] == "complete"
     stored = conn.execute("SELECT COUNT(*) FROM results WHERE run_id = ?", (run["id"],))
@@ -70,7 +64,7 @@ def test_token_counts_agree_across_all_three_backends(home: Path, tiny_server: s
     remote = _records(_bench(home, tiny_server, "-B", "openai", *SMALL_TEST, "-o", "json"))
     tg_local = next(r for r in local if r["test"] == "tg8")
     tg_remote = next(r for r in remote if r["test"] == "tg8")
-    conn = _db(home)
+    conn = home_db(home)
     infos = [json.loads(row["info"]) for row in conn.execute(
         "SELECT info FROM results WHERE test = 'pp16' ORDER BY id")]
     prompt_counts = {tuple(i["tokens"]["prompt"]) for i in infos}
@@ -113,7 +107,7 @@ def test_bad_flags_exit_2(tmp_path: Path, args: tuple[str, ...], needle: str) ->
 
 def _no_results(home: Path) -> bool:
     try:
-        return _db(home).execute("SELECT COUNT(*) FROM results").fetchone()[0] == 0
+        return home_db(home).execute("SELECT COUNT(*) FROM results").fetchone()[0] == 0
     except sqlite3.OperationalError:
         return True
 
@@ -173,7 +167,7 @@ def test_ctrl_c_keeps_finished_results(tmp_path: Path) -> None:
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err
-    conn = _db(tmp_path)
+    conn = home_db(tmp_path)
     run = conn.execute("SELECT * FROM runs ORDER BY id DESC LIMIT 1").fetchone()
     assert run["status"] == "incomplete"
     kept = conn.execute("SELECT COUNT(*) FROM results WHERE run_id = ?", (run["id"],))

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import sqlite3
 import struct
 import subprocess
 import sys
@@ -38,7 +37,7 @@ from strata.models.presets import get_preset
 from strata.models.source import resolve
 from strata.models.synthetic import SyntheticModel
 from strata.store.hosts import latest_measurement, load_host
-from tests.conftest import FIXTURES, run_cli
+from tests.conftest import FIXTURES, home_db, run_cli
 
 FIT = FIXTURES / "fit"
 GiB = 2**30
@@ -374,12 +373,6 @@ def bench_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return home
 
 
-def _db(home: Path) -> sqlite3.Connection:
-    conn = sqlite3.connect(home / "strata.db")
-    conn.row_factory = sqlite3.Row
-    return conn
-
-
 @pytest.mark.slow
 def test_decode_prediction_uses_the_hosts_eta_and_is_close_to_bench(bench_home: Path) -> None:
     measured = next(r for r in json.loads((bench_home / "bench.json").read_text())
@@ -401,7 +394,7 @@ def test_decode_prediction_uses_the_hosts_eta_and_is_close_to_bench(bench_home: 
 
 @pytest.mark.slow
 def test_prior_eta_where_the_host_has_no_past_results(bench_home: Path) -> None:
-    conn = _db(bench_home)
+    conn = home_db(bench_home)
     fp = conn.execute("SELECT fingerprint FROM hosts").fetchone()[0]
     roofline = Roofline.from_dict(latest_measurement(conn, fp, "roofline"))
     host_profile = load_host(conn, fp)
@@ -418,7 +411,7 @@ def test_prior_eta_where_the_host_has_no_past_results(bench_home: Path) -> None:
 
 @pytest.mark.slow
 def test_cache_resident_results_do_not_set_the_decode_eta(bench_home: Path) -> None:
-    conn = _db(bench_home)
+    conn = home_db(bench_home)
     fp = conn.execute("SELECT fingerprint FROM hosts").fetchone()[0]
     history = EtaHistory.from_db(conn, fp, "llamacpp", cache_bytes=10**12)  # everything "fits"
     assert ("cpu", "decode") not in history.values and history.cache_resident["cpu"] == 1
