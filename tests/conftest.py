@@ -52,3 +52,13 @@ def home_db(home: Path) -> sqlite3.Connection:
     conn = sqlite3.connect(home / "strata.db")
     conn.row_factory = sqlite3.Row
     return conn
+
+
+@pytest.fixture
+def kernel_session(strata_home: Path):  # -> strata.commands.kernels.Session
+    """Host caps, fingerprint and a fresh results DB for kernel-lab tests."""
+    from strata.commands.kernels import session
+    from strata.store import open_db
+
+    strata_home.mkdir(parents=True, exist_ok=True)
+    return session(conn=open_db(strata_home / "strata.db"))

@@ -382,6 +382,229 @@ def hosts(
         out.print(hosts_table(rows))
 
 
+kernels_app = typer.Typer(
+    name="kernels", no_args_is_help=True, rich_markup_mode="rich",
+    help="Kernel lab: verify, benchmark and dispatch kernels per hardware dialect "
+    "(c, triton, cuda) against the torch baselines.")
+app.add_typer(kernels_app)
+
+OpArg = Annotated[str | None, typer.Argument(
+    metavar="[OP]", help="matmul, softmax, layernorm, rmsnorm, silu_mul, rope, attention, "
+    "decode_attention, matvec_q8_0, matvec_q4_0, cross_entropy (default: all).",
+    show_default=False)]
+ImplOption = Annotated[str | None, typer.Option(
+    "--impl", help="One implementation of OP, e.g. c.avx2, c.naive, triton, cuda.",
+    show_default=False)]
+FormatOption = Annotated[str, typer.Option(
+    "--format", "-o", help="table (default), md, csv, json or jsonl.")]
+
+
+def _check_format(fmt: str) -> None:
+    from strata.store.export import FORMATS
+
+    if fmt != "table" and fmt not in FORMATS:
+        raise InputError(f"--format {fmt}: choose table, {', '.join(FORMATS)}")
+
+
+def _kernel_session(db: Path | None):  # -> commands.kernels.Session
+    from strata.commands.kernels import session
+
+    with err.status("probing host…"):
+        return session(conn=_open_store(db))
+
+
+@kernels_app.command("list")
+def kernels_list(op: OpArg = None, fmt: FormatOption = "table", db: DbOption = None) -> None:
+    """Ops x dialects x implementations: available here, verification status, best speedup.
+
+    [bold]Examples[/bold]
+      strata kernels list
+      strata kernels list rmsnorm -o json
+    """
+    from strata.commands.kernels import list_records
+    from strata.views.kernels import LIST_COLUMNS, emit, list_table
+
+    _check_format(fmt)
+    records = list_records(_kernel_session(db), op)
+    if fmt == "table":
+        out.print(list_table(records))
+    else:
+        sys.stdout.write(emit(records, fmt, LIST_COLUMNS))
+
+
+@kernels_app.command("verify")
+def kernels_verify(
+    op: OpArg = None,
+    impl: ImplOption = None,
+    force: Annotated[bool, typer.Option("--force", help="Verify again even when this host "
+                                        "has a verdict for this exact source.")] = False,
+    timeout: Annotated[float, typer.Option("--timeout", help="Seconds per implementation "
+                                           "before the sandbox kills it.")] = 300.0,
+    fmt: FormatOption = "table",
+    db: DbOption = None,
+) -> None:
+    """Prove implementations correct, each in a sandboxed subprocess.
+
+    Every implementation runs in its own process (timeout, memory limit) on several shapes
+    (ragged ones included), seeds and input distributions: outputs pre-filled with NaN,
+    candidate → float64 reference → candidate, inputs must stay unchanged, outputs must
+    depend on the inputs and not be constant, NaN/Inf parity, tolerance
+    |out - ref| <= atol*max(1, rms(ref)) + rtol*|ref|. Verdicts are cached per host and
+    source hash. Triton runs under its interpreter without a GPU; CUDA sources are
+    compile-checked when nvcc is present but no GPU is. Exit code 1 if any fails.
+
+    [bold]Examples[/bold]
+      strata kernels verify
+      strata kernels verify rmsnorm --impl c.avx2 --force
+    """
+    from strata.commands.kernels import run_verify, select
+    from strata.views.kernels import VERIFY_COLUMNS, emit, render_failures, verdict_table
+
+    _check_format(fmt)
+    _positive("--timeout", timeout)
+    s = _kernel_session(db)
+    impls = select(op, impl, s.conn)
+    with err.status("verifying…") as status:
+        verdicts = run_verify(s, impls, force=force, timeout_s=timeout,
+                              progress=lambda m: status.update(m))
+    if fmt == "table":
+        out.print(verdict_table(verdicts))
+        render_failures(err, verdicts)
+    else:
+        sys.stdout.write(emit([v.to_dict() for v in verdicts], fmt, VERIFY_COLUMNS))
+    if any(v.status == "fail" for v in verdicts):
+        raise typer.Exit(1)
+
+
+@kernels_app.command("bench")
+def kernels_bench(
+    op: OpArg = None,
+    impl: ImplOption = None,
+    shapes: Annotated[str, typer.Option("--shapes", help="Shape set: llm (the presets' real "
+                                        "shapes), figure (the README figures), verify (tiny), "
+                                        "gpu (matmul 4096³).")] = "llm",
+    compile_: Annotated[bool, typer.Option("--compile/--no-compile", help="Also time "
+                                           "torch.compile (compiles per shape: slow on CPU).")]
+    = True,
+    max_time: Annotated[float, typer.Option("--max-time", help="Seconds of timed calls per "
+                                            "contender and shape.")] = 0.5,
+    cache: Annotated[str, typer.Option("--cache", help="cold: flush the caches before every "
+                                       "call (default); warm: calls back to back, as in a "
+                                       "decode loop.")] = "cold",
+    fmt: FormatOption = "table",
+    db: DbOption = None,
+) -> None:
+    """Time verified implementations against torch eager and torch.compile, side by side.
+
+    Same inputs for every contender; the cache is flushed before each call with a buffer
+    ≥ 2x the probed last-level cache (GPU: 2x L2); warm-up by time; median and IQR;
+    achieved GB/s and GFLOP/s as a share of this host's measured roofline (measured first
+    if missing). Unverified implementations are verified first; only passing ones are
+    timed. Each contender is also checked at every benchmarked shape. Speedups > 10x are
+    re-timed and flagged. Rows are stored for dispatch.
+
+    [bold]Examples[/bold]
+      strata kernels bench rmsnorm
+      strata kernels bench matmul --shapes figure --no-compile -o md
+    """
+    from strata.commands.bench import roofline_for
+    from strata.commands.kernels import run_bench, select
+    from strata.views.kernels import BENCH_COLUMNS, bench_table, emit, figure_record
+
+    _check_format(fmt)
+    _positive("--max-time", max_time)
+    if cache not in ("cold", "warm"):
+        raise InputError(f"--cache {cache}: choose cold or warm")
+    s = _kernel_session(db)
+    impls = select(op, impl, s.conn)
+    roof = roofline_for(s.conn, s.caps.profile, s.fingerprint, err)
+    with err.status("benchmarking…") as status:
+        figures = run_bench(s, impls, roof, shapes=shapes, compile_=compile_,
+                            max_time_s=max_time, cache=cache,
+                            progress=lambda m: status.update(m))
+    if fmt != "table":
+        sys.stdout.write(emit([figure_record(f) for f in figures], fmt, BENCH_COLUMNS))
+        return
+    for name in dict.fromkeys(f.op for f in figures):
+        out.print(bench_table([f for f in figures if f.op == name],
+                              f"{name} ({figures[0].dtype}, {figures[0].device}, "
+                              f"{cache} cache)"))
+
+
+@kernels_app.command("explain")
+def kernels_explain(
+    op: Annotated[str, typer.Argument(metavar="OP", help="The op to dispatch.")],
+    device: Annotated[str, typer.Option("--device", help="cpu, cuda:0, rocm:0, …")] = "cpu",
+    json_out: Annotated[bool, typer.Option("--json", help="Print the decision as JSON.")]
+    = False,
+    db: DbOption = None,
+) -> None:
+    """Which implementation dispatch picks for OP here, and why each other one was not.
+
+    [bold]Examples[/bold]
+      strata kernels explain rmsnorm
+      strata kernels explain matmul --device cuda:0 --json
+    """
+    from strata.kernels.dispatch import resolve
+    from strata.views.kernels import render_decision
+
+    s = _kernel_session(db)
+    if s.caps.device(device) is None:
+        raise InputError(f"--device {device}: not on this host (it has "
+                         f"{', '.join(d.key for d in s.caps.devices)})")
+    decision = resolve(op, device, s.conn, s.fingerprint, s.caps)
+    if json_out:
+        print(json.dumps(decision.to_dict(), indent=2))
+    else:
+        render_decision(out, decision)
+
+
+@kernels_app.command("add")
+def kernels_add(
+    file: Annotated[Path, typer.Argument(metavar="FILE", help="One kernel source with a "
+                                         "'strata-kernel: op=… dialect=… entry=…' line.")],
+    bench: Annotated[bool, typer.Option("--bench/--no-bench", help="Benchmark it after it "
+                                        "verifies.")] = True,
+    timeout: Annotated[float, typer.Option("--timeout", help="Sandbox seconds.")] = 300.0,
+    db: DbOption = None,
+) -> None:
+    """Register an external kernel (hand-written or model-written): static check, sandboxed
+    verification, benchmark; dispatch uses it when it wins.
+
+    The file declares itself (docs/kernels-abi.md), e.g. a first line
+    [bold]// strata-kernel: op=rmsnorm dialect=c entry=strata_rmsnorm requires=avx2,fma[/bold].
+    It must not call the vendor op, patch the timer or harness, start threads, streams or
+    processes, or touch files or the network. Exit code 1 if it is rejected.
+
+    [bold]Examples[/bold]
+      strata kernels add my_rmsnorm.c
+      strata kernels add softmax_kernel.py --no-bench
+    """
+    from strata.commands.bench import roofline_for
+    from strata.commands.kernels import add_external, run_bench, run_verify
+    from strata.kernels.dispatch import resolve
+    from strata.views.kernels import bench_table, render_decision, render_failures, verdict_table
+
+    _positive("--timeout", timeout)
+    s = _kernel_session(db)
+    impl = add_external(s, file)
+    with err.status(f"verifying {impl.key}…") as status:
+        verdicts = run_verify(s, [impl], force=False, timeout_s=timeout,
+                              progress=lambda m: status.update(m))
+    out.print(verdict_table(verdicts))
+    render_failures(err, verdicts)
+    if verdicts[0].status != "pass":
+        raise typer.Exit(1)
+    if bench:
+        roof = roofline_for(s.conn, s.caps.profile, s.fingerprint, err)
+        with err.status("benchmarking…") as status:
+            figures = run_bench(s, [impl], roof, shapes="llm", compile_=False, max_time_s=0.3,
+                                progress=lambda m: status.update(m))
+        out.print(bench_table(figures, f"{impl.op}: {impl.name} vs torch eager"))
+    for device in dict.fromkeys(filter(None, [verdicts[0].device])):
+        render_decision(out, resolve(impl.op, device, s.conn, s.fingerprint, s.caps))
+
+
 def main() -> None:
     """Entry point: every usage/input error becomes one line on stderr and exit code 2."""
     try:

@@ -50,20 +50,43 @@ def build_shared(source: Path, flags: tuple[str, ...] = DEFAULT_FLAGS,
                  out_dir: Path | None = None) -> Path:
     """Path to a shared library built from `source` with `flags`, compiling only when needed."""
     compiler = find_compiler()
+    return build_with(compiler, source, (*flags,), ("-lm",), out_dir, _host_isa_tag())
+
+
+def find_nvcc() -> Compiler:
+    path = shutil.which("nvcc")
+    if not path:
+        raise CompileError("nvcc not found (install the CUDA toolkit or put nvcc on PATH)")
+    out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=60)
+    lines = out.stdout.strip().splitlines()
+    return Compiler(path, lines[-1] if lines else "?")
+
+
+def build_cuda(source: Path, archs: tuple[str, ...], out_dir: Path | None = None) -> Path:
+    """Shared library from a .cu file for the given sm_XY architectures (nvcc)."""
+    gencode = [f"-gencode=arch=compute_{a[3:]},code={a}" for a in archs]
+    flags = ("-O3", "-shared", "-Xcompiler", "-fPIC", *gencode)
+    return build_with(find_nvcc(), source, flags, (), out_dir, "cuda")
+
+
+def build_with(compiler: Compiler, source: Path, flags: tuple[str, ...],
+               libs: tuple[str, ...], out_dir: Path | None, target_tag: str) -> Path:
+    """Compile once per (source, flags, compiler version, target); publish atomically."""
     text = source.read_bytes()
     key = hashlib.sha256(b"\0".join([text, " ".join(flags).encode(), compiler.version.encode(),
-                                     _host_isa_tag().encode()])).hexdigest()[:16]
+                                     target_tag.encode()])).hexdigest()[:16]
     out_dir = out_dir or cache_dir() / "native"
     out_dir.mkdir(parents=True, exist_ok=True)
-    lib = out_dir / f"{source.stem}-{key}.so"
+    lib = out_dir / f"{source.stem.replace('.', '-')}-{key}.so"
     if lib.exists():
         return lib
     tmp = lib.with_suffix(f".{os.getpid()}.tmp")  # atomic publish: concurrent builds never clash
-    proc = subprocess.run([compiler.path, *flags, str(source), "-o", str(tmp), "-lm"],
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run([compiler.path, *flags, str(source), "-o", str(tmp), *libs],
+                          capture_output=True, text=True, timeout=600)
     if proc.returncode != 0:
         tmp.unlink(missing_ok=True)
-        raise CompileError(f"{compiler.path} failed on {source.name}: {proc.stderr.strip()[:2000]}")
+        raise CompileError(f"{Path(compiler.path).name} failed on {source.name}: "
+                           f"{proc.stderr.strip()[:2000]}")
     tmp.replace(lib)
     return lib
 

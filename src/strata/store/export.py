@@ -39,13 +39,18 @@ def _csv(records: list[Record]) -> str:
     return buf.getvalue()
 
 
-def _md(records: list[Record]) -> str:
-    head = "| " + " | ".join(MD_COLUMNS) + " |\n"
-    rule = "| " + " | ".join("---:" if c in ("avg_ts", "stddev_ts", "eta", "n") else "---"
-                             for c in MD_COLUMNS) + " |\n"
-    rows = "".join("| " + " | ".join(_cell(r.get(c)) for c in MD_COLUMNS) + " |\n"
+def md_table(records: list[Record], columns: tuple[str, ...],
+             numeric: tuple[str, ...] = ()) -> str:
+    """A Markdown table of `columns` (numeric ones right-aligned)."""
+    head = "| " + " | ".join(columns) + " |\n"
+    rule = "| " + " | ".join("---:" if c in numeric else "---" for c in columns) + " |\n"
+    rows = "".join("| " + " | ".join(_cell(r.get(c)) for c in columns) + " |\n"
                    for r in records)
     return head + rule + rows
+
+
+def _md(records: list[Record]) -> str:
+    return md_table(records, MD_COLUMNS, ("avg_ts", "stddev_ts", "eta", "n"))
 
 
 FORMATS: dict[str, Callable[[list[Record]], str]] = {

@@ -67,3 +67,35 @@ MIGRATIONS: list[tuple[int, list[str]]] = [
         "CREATE INDEX results_run ON results(run_id)",
     ]),
 ]
+
+MIGRATIONS.append(
+    (3, [
+        """CREATE TABLE kernel_impls (          -- external kernels (`strata kernels add`)
+            key          TEXT PRIMARY KEY,       -- op/name
+            op           TEXT NOT NULL,
+            name         TEXT NOT NULL,
+            dialect      TEXT NOT NULL,
+            path         TEXT NOT NULL,          -- private copy under the cache dir
+            origin_path  TEXT NOT NULL,          -- the file the user added
+            content_hash TEXT NOT NULL,
+            added_at     TEXT NOT NULL
+        )""",
+        """CREATE TABLE kernel_results (
+            id           INTEGER PRIMARY KEY AUTOINCREMENT,
+            fingerprint  TEXT NOT NULL REFERENCES hosts(fingerprint),
+            op           TEXT NOT NULL,
+            impl         TEXT NOT NULL,          -- "c.avx2", "torch.eager", ...
+            impl_hash    TEXT NOT NULL,          -- source + declaration + harness version
+            kind         TEXT NOT NULL,          -- verify | bench
+            status       TEXT NOT NULL,          -- pass | fail | compiled | ok | error
+            device       TEXT NOT NULL,
+            dtype        TEXT NOT NULL,
+            shape        TEXT,                   -- JSON dims (bench rows)
+            data         TEXT NOT NULL,          -- JSON: figures or the failure
+            created_at   TEXT NOT NULL,
+            strata       TEXT NOT NULL,
+            git_commit   TEXT
+        )""",
+        "CREATE INDEX kernel_results_lookup ON kernel_results(fingerprint, op, impl, kind)",
+    ]),
+)

@@ -1,0 +1,147 @@
+"""`strata kernels ...`: the orchestration behind the CLI (probe, verify, bench, dispatch,
+add). Printing lives in views/kernels.py."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import sqlite3
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from strata.errors import InputError
+from strata.kernels.capability import HostCaps, host_caps
+from strata.kernels.impl import Implementation, from_source
+from strata.kernels.registry import find, implementations
+from strata.kernels.sandbox import SandboxPolicy
+from strata.kernels.verify import Verdict, VerifyContext, verify_many
+from strata.paths import cache_dir
+
+
+@dataclass
+class Session:
+    conn: sqlite3.Connection
+    fingerprint: str
+    caps: HostCaps
+
+
+@lru_cache(maxsize=4)
+def _probe_cached() -> object:
+    from strata.hardware.probe import probe_host
+
+    return probe_host(smoke=False)
+
+
+def session(db: Path | None = None, conn: sqlite3.Connection | None = None) -> Session:
+    """Host profile (probed once per process), its fingerprint and the results DB."""
+    from strata.paths import default_db_path
+    from strata.store import open_db
+    from strata.store.hosts import save_host
+
+    conn = conn or open_db(db or default_db_path())
+    profile = _probe_cached()
+    return Session(conn, save_host(conn, profile), host_caps(profile))  # type: ignore[arg-type]
+
+
+def select(op: str | None, impl: str | None, conn: sqlite3.Connection) -> list[Implementation]:
+    if impl and not op:
+        raise InputError("--impl needs an OP (e.g. strata kernels verify rmsnorm --impl c.avx2)")
+    if op and impl:
+        return [find(op, impl, conn)]
+    return implementations(op, conn)
+
+
+def default_jobs() -> int:
+    """Sandboxes at once: each is mostly one Python process importing torch."""
+    return max(1, min(4, os.cpu_count() or 1))
+
+
+def run_verify(s: Session, impls: list[Implementation], *, force: bool, timeout_s: float,
+               progress: Callable[[str], None], static: bool = True,
+               jobs: int | None = None) -> list[Verdict]:
+    ctx = VerifyContext(s.conn, s.fingerprint, s.caps, SandboxPolicy(timeout_s=timeout_s),
+                        force=force, static=static, progress=progress)
+    return verify_many([i for i in impls if not i.is_baseline], ctx, jobs or default_jobs())
+
+
+# -- add ---------------------------------------------------------------------------------------
+
+def add_external(s: Session, path: Path) -> Implementation:
+    """Register an external kernel: statically checked, copied privately, stored in the DB."""
+    from strata.kernels.static_check import check_source
+    from strata.store.kernels import ExternalImpl, _now, save_external
+
+    if not path.is_file():
+        raise InputError(f"FILE {path}: not found (give the path of one kernel source file)")
+    probe = from_source(path, origin="external")
+    stem = path.name.split(".")[0]
+    name = f"{probe.dialect}.ext.{stem}"
+    findings = check_source(path, probe.dialect, probe.op)
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()[:12]
+    # A private copy: the verified bytes are the ones dispatch later loads.
+    store = cache_dir() / "kernels" / "external"
+    store.mkdir(parents=True, exist_ok=True)
+    copy = store / f"{digest}-{path.name}"
+    shutil.copyfile(path, copy)
+    impl = from_source(copy, origin="external", name=name)
+    if not findings:
+        save_external(s.conn, ExternalImpl(impl.key, impl.op, name, impl.dialect, str(copy),
+                                           str(path.resolve()), impl.content_hash(), _now()))
+    return impl
+
+
+# -- list --------------------------------------------------------------------------------------
+
+def _availability(s: Session, impl: Implementation) -> tuple[str, str | None]:
+    """(text for the table, device it runs on here or None)."""
+    from strata.kernels.dialects import get_dialect
+
+    dialect = get_dialect(impl.dialect)
+    missing = impl.requires.check(s.caps)
+    if missing:
+        if dialect.compile_only(impl.requires, s.caps):
+            return "compile-check only: " + missing, "compile-only"
+        return "no: " + missing, None
+    device = dialect.run_device(impl.requires, s.caps) or "cpu"
+    untimed = dialect.untimed_reason(device)
+    return (f"{device} (correctness only: interpreter)" if untimed else device), device
+
+
+def list_records(s: Session, op: str | None) -> list[dict[str, object]]:
+    from strata.store.kernels import latest_bench, latest_verification
+
+    records = []
+    for impl in implementations(op, s.conn):
+        available, device = _availability(s, impl)
+        stored = latest_verification(s.conn, s.fingerprint, impl.op, impl.name,
+                                     impl.content_hash(), device) if device else None
+        bench = latest_bench(s.conn, s.fingerprint, impl.op, impl.name, impl.content_hash(),
+                             device) if device else []
+        ups = [r.data["speedup_eager"] for r in bench if r.data.get("speedup_eager")]
+        records.append({"op": impl.op, "impl": impl.name, "dialect": impl.dialect,
+                        "requires": impl.requires.describe(), "available": available,
+                        "verified": stored.status if stored else "-",
+                        "best_speedup": max(ups) if ups else None, "origin": impl.origin})
+    return records
+
+
+# -- bench -------------------------------------------------------------------------------------
+
+def run_bench(s: Session, impls: list[Implementation], roofline: object, *, shapes: str,
+              compile_: bool, max_time_s: float, progress: Callable[[str], None],
+              timeout_s: float = 900.0, cache: str = "cold") -> list:  # list[Figure]
+    from strata.kernels.bench import BenchContext, BenchSettings, bench_op
+
+    vctx = VerifyContext(s.conn, s.fingerprint, s.caps, SandboxPolicy(timeout_s=300.0),
+                         progress=progress)
+    settings = BenchSettings(shapes=shapes, compile=compile_, max_time_s=max_time_s,
+                             cache=cache)
+    ctx = BenchContext(vctx, roofline, settings,  # type: ignore[arg-type]
+                       SandboxPolicy(timeout_s=timeout_s), default_jobs(), progress)
+    figures = []
+    for op in dict.fromkeys(i.op for i in impls):
+        figures += bench_op(op, [i for i in impls if i.op == op], ctx)
+    return figures

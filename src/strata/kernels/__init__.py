@@ -1,0 +1,64 @@
+"""The kernel lab: verified, benchmarked kernels per hardware dialect, with dispatch.
+
+`strata.kernels.get(op)` returns the fastest verified implementation for this host and
+device (or the torch reference, reported as a fallback) together with its decision trace.
+Heavy pieces (torch, compilers, the DB) load lazily.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from strata.kernels.dispatch import Decision
+    from strata.kernels.spec import KernelSpec
+
+
+@dataclass
+class Choice:
+    """A dispatched op: call it like the kernel ABI, `choice(out, *inputs, **params)`."""
+
+    decision: Decision
+    spec: KernelSpec
+    _kernel: Any = None
+
+    @property
+    def is_fallback(self) -> bool:
+        return self.decision.outcome == "fallback"
+
+    def _params(self, params: dict[str, Any]) -> dict[str, Any]:
+        from strata.errors import InputError
+
+        merged = {**self.spec.params, **params}
+        missing = [k for k, v in merged.items() if v is None]
+        if missing:
+            raise InputError(f"{self.spec.name}: pass {', '.join(missing)}=")
+        return merged
+
+    def __call__(self, out: Any, *inputs: Any, **params: Any) -> Any:
+        merged = self._params(params)
+        impl = self.decision.impl
+        if impl is None:  # vendor path or fallback: the torch op, written into `out`
+            return out.copy_(self.spec.vendor()(*inputs, **merged))
+        if self._kernel is None:
+            from strata.kernels.dialects import get_dialect
+
+            self._kernel = get_dialect(impl.dialect).load(impl, self.spec,
+                                                          self.decision.device)
+        self._kernel.bind(out, list(inputs), merged)()
+        return out
+
+
+def get(op: str, device: str = "cpu", db: Path | None = None) -> Choice:
+    """The implementation dispatch picks for `op` on `device`, with its decision trace."""
+    from strata.commands.kernels import session
+    from strata.kernels.dispatch import resolve
+    from strata.kernels.spec import get_spec
+
+    s = session(db)
+    return Choice(resolve(op, device, s.conn, s.fingerprint, s.caps), get_spec(op))
+
+
+__all__ = ["Choice", "get"]

@@ -1,0 +1,187 @@
+"""`strata kernels bench`: verified implementations and the torch baselines timed side by
+side in the sandbox, figures against this host's roofline, rows stored in the DB."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from strata.kernels.capability import HostCaps
+from strata.kernels.dialects import get_dialect
+from strata.kernels.impl import Implementation
+from strata.kernels.registry import COMPILE, EAGER, baselines
+from strata.kernels.sandbox import SandboxPolicy, run_job
+from strata.kernels.spec import KernelSpec, get_spec
+from strata.kernels.verify import VerifyContext, verify_many
+from strata.measure.roofline import Roofline
+from strata.store.kernels import KernelResult, save_kernel_results
+
+ELEMENT_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "float64": 8}
+MIN_FLUSH_BYTES = 8 << 20
+CACHE_MODES = ("cold", "warm")
+
+
+@dataclass
+class BenchSettings:
+    shapes: str = "llm"
+    dtype: str = "float32"
+    compile: bool = True
+    cache: str = "cold"  # cold: flush before every call (DESIGN §4); warm: back to back
+    warmup_s: float = 0.05
+    max_time_s: float = 0.5
+    min_reps: int = 5
+    max_reps: int = 200
+
+    def policy(self) -> dict[str, Any]:
+        return {"warmup_s": self.warmup_s, "min_reps": self.min_reps,
+                "max_reps": self.max_reps, "max_time_s": self.max_time_s}
+
+
+@dataclass
+class Figure:
+    """One contender at one shape."""
+
+    op: str
+    impl: str
+    shape: dict[str, int]
+    device: str
+    dtype: str
+    median_s: float | None = None
+    p25_s: float | None = None
+    p75_s: float | None = None
+    n: int = 0
+    gbs: float | None = None
+    tflops: float | None = None
+    frac_bw: float | None = None
+    frac_flops: float | None = None
+    speedup_eager: float | None = None
+    speedup_compile: float | None = None
+    cache: str = "cold"
+    note: str = ""  # untimed / error / recheck
+    flags: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def flush_bytes(caps: HostCaps, device: str) -> int:
+    """>= 2x the probed last-level cache (CPU); 0 lets the GPU worker size it from its L2."""
+    if device != "cpu" or caps.profile is None:
+        return 0
+    llc = caps.profile.cpu.last_level_cache_bytes() or 0
+    return max(MIN_FLUSH_BYTES, 2 * llc)
+
+
+def _figure(spec: KernelSpec, name: str, shape: dict[str, int], device: str, dtype: str,
+            res: dict[str, Any], eager: dict[str, Any], compiled: dict[str, Any],
+            roof: Roofline | None) -> Figure:
+    fig = Figure(spec.name, name, shape, device, dtype)
+    if "median_s" not in res:
+        fig.note = res.get("untimed") or res.get("error") or "no timing"
+        if res.get("wrong"):
+            fig.flags.append("wrong at this shape")
+        return fig
+    fig.median_s, fig.p25_s, fig.p75_s, fig.n = (res["median_s"], res["p25_s"], res["p75_s"],
+                                                 int(res["n"]))
+    fig.gbs = spec.bytes(shape, ELEMENT_BYTES.get(dtype, 4)) / fig.median_s / 1e9
+    fig.tflops = spec.flops(shape) / fig.median_s / 1e12
+    dev = roof.device(device.split(":")[0] if device == "cpu" else device) if roof else None
+    if dev is not None:
+        peak_bw, peak_gf = dev.peak_bandwidth_gbs(), dev.peak_gflops(dtype)
+        fig.frac_bw = fig.gbs / peak_bw if peak_bw else None
+        fig.frac_flops = fig.tflops * 1e3 / peak_gf if peak_gf else None
+    if "median_s" in eager and name != EAGER:
+        fig.speedup_eager = eager["median_s"] / fig.median_s
+    if "median_s" in compiled and name != COMPILE:
+        fig.speedup_compile = compiled["median_s"] / fig.median_s
+    _flag(fig, res)
+    return fig
+
+
+def _flag(fig: Figure, res: dict[str, Any]) -> None:
+    if fig.frac_bw is not None and fig.frac_flops is not None and \
+            max(fig.frac_bw, fig.frac_flops) > 1.05:
+        fig.flags.append("above the roofline: the data stayed in cache or the byte/FLOP "
+                         "model is wrong")
+    recheck = res.get("recheck")
+    if recheck:
+        again = (recheck.get("eager_median_s") or 0) / (recheck.get("candidate_median_s")
+                                                         or math.inf)
+        fig.flags.append(f"speedup > 10x re-checked: {again:.1f}x on the second timing")
+
+
+@dataclass
+class BenchContext:
+    verify: VerifyContext
+    roofline: Roofline | None
+    settings: BenchSettings
+    policy: SandboxPolicy = field(default_factory=lambda: SandboxPolicy(timeout_s=900.0))
+    jobs: int = 1  # parallel verifications before timing (timing itself runs alone)
+    progress: Callable[[str], None] = lambda _msg: None
+
+
+def _groups(impls: list[Implementation], caps: HostCaps) -> dict[tuple[str, bool], list[
+        Implementation]]:
+    """Trusted built-ins share one worker per device; each external kernel gets its own."""
+    groups: dict[tuple[str, bool], list[Implementation]] = {}
+    for impl in impls:
+        device = get_dialect(impl.dialect).run_device(impl.requires, caps) or "cpu"
+        key = (f"{device}|{impl.name}" if impl.origin == "external" else device,
+               impl.origin == "external")
+        groups.setdefault(key, []).append(impl)
+    return groups
+
+
+def bench_op(op: str, impls: list[Implementation], ctx: BenchContext) -> list[Figure]:
+    """Verify what is not yet verified, then time the passing implementations."""
+    spec = get_spec(op)
+    shapes = spec.shape_set(ctx.settings.shapes)
+    passing = [v.impl for v in verify_many(impls, ctx.verify, ctx.jobs) if v.passed]
+    figures: list[Figure] = []
+    groups = _groups(passing, ctx.verify.caps) or {("cpu", False): []}
+    for (key, _), group in groups.items():
+        device = key.split("|")[0]
+        figures += _bench_group(spec, group, device, shapes, ctx)
+    _store(ctx, spec, figures, {i.name: i for i in passing})
+    return figures
+
+
+def _bench_group(spec: KernelSpec, group: list[Implementation], device: str,
+                 shapes: list[dict[str, int]], ctx: BenchContext) -> list[Figure]:
+    s = ctx.settings
+    names = [EAGER, *([COMPILE] if s.compile else [])]
+    ctx.progress(f"benchmarking {spec.name} on {device}: "
+                 f"{', '.join([*names, *(i.name for i in group)])}")
+    job = {"mode": "bench", "op": spec.name, "impls": [i.to_job() for i in group],
+           "device": device, "dtype": s.dtype, "shapes": shapes, "baselines": names,
+           "policy": s.policy(), "flush_bytes": flush_bytes(ctx.verify.caps, device),
+           "cache": s.cache}
+    result = run_job(job, ctx.policy)
+    if not result.get("ok"):
+        failure = result.get("failure", {})
+        note = f"{failure.get('reason')}: {failure.get('message')}"
+        return [Figure(spec.name, i.name, sh, device, s.dtype, note=note)
+                for sh in shapes for i in group]
+    figures = []
+    for row in result["rows"]:
+        res = row["results"]
+        eager, compiled = res.get(EAGER, {}), res.get(COMPILE, {})
+        for name, data in res.items():
+            fig = _figure(spec, name, row["shape"], device, s.dtype, data, eager, compiled,
+                          ctx.roofline)
+            fig.cache = s.cache
+            figures.append(fig)
+    return figures
+
+
+def _store(ctx: BenchContext, spec: KernelSpec, figures: list[Figure],
+           impls: dict[str, Implementation]) -> None:
+    hashes = {b.name: b.content_hash() for b in baselines(spec.name)}
+    hashes.update({name: impl.content_hash() for name, impl in impls.items()})
+    rows = [KernelResult(f.op, f.impl, hashes.get(f.impl, "?"), "bench",
+                         "ok" if f.median_s is not None else "error", f.device, f.dtype,
+                         f.to_dict(), f.shape) for f in figures]
+    if rows:
+        save_kernel_results(ctx.verify.conn, ctx.verify.fingerprint, rows)

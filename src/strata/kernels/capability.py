@@ -1,0 +1,132 @@
+"""What an implementation needs (device kind, arch range, ISA features, tools) and what this
+host offers. `Requires.check` says yes, or why not, in words for the decision trace."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from dataclasses import dataclass, field
+
+from strata.hardware.profile import HostProfile
+
+# Device kinds a requirement may name; "gpu" means any of the accelerator kinds.
+GPU_KINDS = ("cuda", "rocm", "mps", "xpu")
+_ARCH = re.compile(r"^(sm|gfx)_?(\d+)(\+)?(?:-(\d+))?$")
+
+
+@dataclass(frozen=True)
+class ArchRange:
+    family: str  # "sm" or "gfx"
+    low: int
+    high: int | None  # inclusive; None: open-ended ("sm_80+")
+
+    @classmethod
+    def parse(cls, text: str) -> ArchRange:
+        m = _ARCH.match(text.strip().lower())
+        if not m:
+            raise ValueError(f"arch range {text!r}: expected e.g. sm_80+, sm_80-90, gfx1200")
+        family, low, plus, high = m.groups()
+        hi = None if plus else int(high) if high else int(low)
+        return cls(family, int(low), hi)
+
+    def contains(self, arch: str | None) -> bool:
+        m = _ARCH.match((arch or "").lower())
+        if not m or m.group(1) != self.family:
+            return False
+        value = int(m.group(2))
+        return value >= self.low and (self.high is None or value <= self.high)
+
+    def __str__(self) -> str:
+        tail = "+" if self.high is None else "" if self.high == self.low else f"-{self.high}"
+        return f"{self.family}_{self.low}{tail}"
+
+
+@dataclass(frozen=True)
+class Device:
+    key: str  # "cpu", "cuda:0"
+    kind: str  # "cpu", "cuda", "rocm", "mps"
+    arch: str | None = None  # "sm_90", "gfx1201"
+    name: str = ""
+
+
+@dataclass
+class HostCaps:
+    """The probe's view of this host, reduced to what kernels can require."""
+
+    isa: set[str]
+    devices: list[Device]
+    tools: set[str] = field(default_factory=set)  # "cc", "nvcc", "triton"
+    profile: HostProfile | None = None
+
+    def device(self, key: str) -> Device | None:
+        kind = key.split(":")[0]
+        for dev in self.devices:
+            if dev.key == key or (":" not in key and dev.kind == kind):
+                return dev
+        return None
+
+
+def _triton_installed() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("triton") is not None
+
+
+def host_caps(profile: HostProfile) -> HostCaps:
+    devices = [Device("cpu", "cpu", profile.cpu.arch, profile.cpu.model or "")]
+    devices += [Device(f"{g.backend}:{g.index}" if g.backend != "mps" else "mps",
+                       g.backend, g.arch, g.name) for g in profile.gpus]
+    tools = {name for name in ("cc", "gcc", "clang", "nvcc") if shutil.which(name)}
+    if tools & {"cc", "gcc", "clang"}:
+        tools.add("cc")
+    if _triton_installed():
+        tools.add("triton")
+    return HostCaps(set(profile.cpu.isa), devices, tools, profile)
+
+
+@dataclass(frozen=True)
+class Requires:
+    device: str = "cpu"  # "cpu", "cuda", "rocm", "gpu", "any"
+    arch: ArchRange | None = None
+    isa: tuple[str, ...] = ()
+    tools: tuple[str, ...] = ()
+
+    @classmethod
+    def parse(cls, text: str, default_device: str = "cpu") -> Requires:
+        """From a declaration such as "avx2,fma" or "cuda,sm_80+" (docs/kernels-abi.md)."""
+        device, arch, isa = default_device, None, []
+        for item in filter(None, (t.strip().lower() for t in text.split(","))):
+            if item in (*GPU_KINDS, "cpu", "gpu", "any"):
+                device = item
+            elif _ARCH.match(item):
+                arch = ArchRange.parse(item)
+            else:
+                isa.append(item)
+        return cls(device, arch, tuple(isa))
+
+    def describe(self) -> str:
+        parts = [self.device] + ([str(self.arch)] if self.arch else []) + list(self.isa)
+        return ",".join(parts)
+
+    def matching_device(self, caps: HostCaps) -> Device | None:
+        for dev in caps.devices:
+            kind_ok = (self.device in (dev.kind, "any")
+                       or (self.device == "gpu" and dev.kind in GPU_KINDS))
+            if kind_ok and (self.arch is None or self.arch.contains(dev.arch)):
+                return dev
+        return None
+
+    def check(self, caps: HostCaps) -> str | None:
+        """None when this host satisfies the requirement, else the reason it does not."""
+        missing_tools = [t for t in self.tools if t not in caps.tools]
+        if missing_tools:
+            return f"needs {', '.join(missing_tools)} (not found on this host)"
+        if self.matching_device(caps) is None:
+            want = self.device + (f" {self.arch}" if self.arch else "")
+            have = ", ".join(f"{d.kind}{' ' + d.arch if d.arch and d.kind != 'cpu' else ''}"
+                             for d in caps.devices)
+            return f"needs a {want} device (this host has: {have})"
+        missing = [f for f in self.isa if f not in caps.isa]
+        if missing:
+            return f"needs CPU features {', '.join(missing)} (this CPU lacks them)"
+        return None

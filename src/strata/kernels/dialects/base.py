@@ -1,0 +1,57 @@
+"""The dialect contract: how implementations of one language are built, loaded and called.
+
+`load` runs where the kernel runs (inside the sandboxed worker for verification and
+benchmarks); it returns a `Kernel` whose `bind` pre-computes everything a call needs, so the
+timed thunk is just the call (DESIGN §4: one timing path for every dialect).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from strata.kernels.capability import HostCaps, Requires
+
+
+class Kernel(Protocol):
+    def bind(self, out: Any, inputs: list[Any], params: dict[str, Any]) -> Callable[[], None]:
+        """A no-argument thunk that computes the op into `out`."""
+        ...
+
+
+@dataclass(frozen=True)
+class Dialect:
+    name: str
+    suffixes: tuple[str, ...]
+    default_device: str
+    tools: tuple[str, ...] = ()
+    summary: str = ""
+    loader: Callable[..., Kernel] | None = field(default=None, compare=False)
+
+    def requires(self, declared: Requires) -> Requires:
+        """The declaration plus the tools this dialect always needs."""
+        tools = tuple(dict.fromkeys((*declared.tools, *self.tools)))
+        return Requires(declared.device, declared.arch, declared.isa, tools)
+
+    def run_device(self, requires: Requires, caps: HostCaps) -> str | None:
+        """Device key this implementation runs on here (None: nowhere)."""
+        dev = requires.matching_device(caps)
+        return dev.key if dev else None
+
+    def untimed_reason(self, device: str) -> str | None:
+        """Why timings on `device` would be meaningless (e.g. an interpreter), else None."""
+        return None
+
+    def compile_only(self, requires: Requires, caps: HostCaps) -> bool:
+        """True when the device is missing but the source can still be compile-checked."""
+        return False
+
+    def load(self, impl: Any, spec: Any, device: str) -> Kernel:
+        assert self.loader is not None, f"dialect {self.name} cannot load kernels"
+        return self.loader(impl, spec, device)
+
+
+def source_text(path: Path) -> str:
+    return path.read_text("utf-8", errors="replace")

@@ -1,0 +1,52 @@
+"""Dialect `c`: C compiled at run time into a shared library, called on data pointers."""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Callable
+from typing import Any
+
+from strata.kernels.dialects.base import Dialect
+from strata.native import DEFAULT_FLAGS, build_shared
+
+# Compiler flags that enable an ISA feature a variant declares (-march=native already covers
+# the host; the explicit flag makes a variant's build fail loudly where the CPU lacks it).
+ISA_FLAGS = {"avx2": "-mavx2", "fma": "-mfma", "f16c": "-mf16c", "avx512f": "-mavx512f",
+             "avx512bw": "-mavx512bw", "avx512vl": "-mavx512vl", "avx512_bf16": "-mavx512bf16",
+             "avx512_vnni": "-mavx512vnni", "avx_vnni": "-mavxvnni"}
+
+
+def flags_for(isa: tuple[str, ...]) -> tuple[str, ...]:
+    return (*DEFAULT_FLAGS, *(ISA_FLAGS[f] for f in isa if f in ISA_FLAGS))
+
+
+class CKernel:
+    def __init__(self, fn: Any, spec: Any) -> None:
+        self.fn, self.spec = fn, spec
+
+    def bind(self, out: Any, inputs: list[Any], params: dict[str, Any]) -> Callable[[], None]:
+        ptrs = [ctypes.c_void_p(t.data_ptr()) for t in (out, *inputs)]
+        sizes = [ctypes.c_int64(int(n)) for n in self.spec.sizes(out, *inputs)]
+        floats = [ctypes.c_float(float(v)) for v in params.values()]
+        args, fn = (*ptrs, *sizes, *floats), self.fn
+        fn.argtypes = [type(a) for a in args]
+
+        def call() -> None:
+            fn(*args)
+
+        return call
+
+
+def load_c(impl: Any, spec: Any, device: str) -> CKernel:
+    lib = ctypes.CDLL(str(build_shared(impl.source, flags_for(impl.requires.isa))))
+    try:
+        fn = getattr(lib, impl.entry)
+    except AttributeError:
+        raise LookupError(f"{impl.source.name} defines no function {impl.entry}") from None
+    fn.restype = None
+    return CKernel(fn, spec)
+
+
+DIALECT = Dialect(name="c", suffixes=(".c", ".cc", ".cpp"), default_device="cpu",
+                  tools=("cc",), summary="C/C++ compiled at run time (cc -O3 -march=native)",
+                  loader=load_c)

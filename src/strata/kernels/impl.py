@@ -1,0 +1,133 @@
+"""Implementations: one source file each, declaring op, dialect, entry and requirements.
+
+Built-in sources live under `kernels/sources/<dialect>/` and external ones are registered
+with `strata kernels add`; both carry the same declaration line (docs/kernels-abi.md):
+
+    // strata-kernel: op=rmsnorm dialect=c entry=strata_rmsnorm requires=avx2,fma
+
+so nothing in core code names a particular implementation.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+from strata.errors import InputError
+from strata.kernels.capability import Requires
+
+SOURCES = Path(__file__).resolve().parent / "sources"
+DECLARATION = re.compile(r"strata-kernel:\s*(?P<body>.*)$")
+HEADER_LINES = 30
+# Bump when the verification rules change: cached verdicts of older rules no longer count.
+HARNESS_VERSION = "1"
+
+
+@dataclass(frozen=True)
+class Implementation:
+    op: str
+    name: str  # unique per op: "c.avx2", "triton", "ext.my_rmsnorm"
+    dialect: str
+    source: Path | None  # None for the torch baselines
+    entry: str
+    requires: Requires
+    dtypes: tuple[str, ...] = ("float32",)
+    origin: str = "builtin"  # "builtin" | "external" | "baseline"
+    notes: str = ""
+    extra: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
+
+    @property
+    def key(self) -> str:
+        return f"{self.op}/{self.name}"
+
+    @property
+    def is_baseline(self) -> bool:
+        return self.origin == "baseline"
+
+    def content_hash(self) -> str:
+        """Identity of what is verified: source bytes, declaration and harness version."""
+        h = hashlib.sha256(HARNESS_VERSION.encode())
+        h.update(f"{self.op}|{self.dialect}|{self.entry}|{self.requires.describe()}|"
+                 f"{','.join(self.dtypes)}".encode())
+        if self.source is not None:
+            h.update(self.source.read_bytes())
+        return h.hexdigest()[:16]
+
+    def to_job(self) -> dict[str, object]:
+        """What the sandboxed worker needs to rebuild this implementation."""
+        return {"op": self.op, "name": self.name, "dialect": self.dialect,
+                "source": str(self.source) if self.source else None, "entry": self.entry,
+                "requires": self.requires.describe(), "dtypes": list(self.dtypes),
+                "origin": self.origin}
+
+    @classmethod
+    def from_job(cls, job: dict[str, object]) -> Implementation:
+        src = job.get("source")
+        return cls(op=str(job["op"]), name=str(job["name"]), dialect=str(job["dialect"]),
+                   source=Path(str(src)) if src else None, entry=str(job["entry"]),
+                   requires=Requires.parse(str(job["requires"])),
+                   dtypes=tuple(job.get("dtypes") or ("float32",)),  # type: ignore[arg-type]
+                   origin=str(job.get("origin", "builtin")))
+
+
+def parse_declaration(path: Path) -> dict[str, str]:
+    """key=value pairs of the file's `strata-kernel:` line; InputError if there is none."""
+    try:
+        head = path.read_text("utf-8", errors="replace").splitlines()[:HEADER_LINES]
+    except OSError as exc:
+        raise InputError(f"FILE {path}: cannot read it ({exc.strerror})") from exc
+    for line in head:
+        m = DECLARATION.search(line)
+        if m:
+            pairs = [p.split("=", 1) for p in m.group("body").split() if "=" in p]
+            return {k.strip().lower(): v.strip() for k, v in pairs}
+    raise InputError(f"FILE {path}: no 'strata-kernel: op=... dialect=... entry=...' line in "
+                     f"its first {HEADER_LINES} lines (see docs/kernels-abi.md)")
+
+
+def from_source(path: Path, origin: str = "builtin", name: str | None = None) -> Implementation:
+    from strata.kernels.dialects import get_dialect
+
+    decl = parse_declaration(path)
+    missing = [k for k in ("op", "dialect") if k not in decl]
+    if missing:
+        raise InputError(f"FILE {path}: declaration lacks {', '.join(missing)}")
+    dialect = get_dialect(decl["dialect"], path)
+    op = decl["op"]
+    impl_name = name or decl.get("name") or variant_name(path, op, dialect.name)
+    try:
+        requires = dialect.requires(Requires.parse(decl.get("requires", ""),
+                                                   dialect.default_device))
+    except ValueError as exc:
+        raise InputError(f"FILE {path}: requires=: {exc}") from exc
+    dtypes = tuple(decl.get("dtypes", "float32").split(","))
+    return Implementation(op=op, name=impl_name, dialect=dialect.name, source=path,
+                          entry=decl.get("entry", f"strata_{op}"), requires=requires,
+                          dtypes=dtypes, origin=origin, notes=decl.get("notes", ""))
+
+
+def variant_name(path: Path, op: str, dialect: str) -> str:
+    """`rmsnorm.avx2.c` -> "c.avx2"; `rmsnorm.py` -> "triton"; `matmul_bf16.cu` -> "cuda.bf16"."""
+    stem = path.name[: -len(path.suffix)] if path.suffix else path.name
+    if stem == op:
+        return dialect
+    for sep in (".", "_"):
+        if stem.startswith(op + sep):
+            return f"{dialect}.{stem[len(op) + 1:]}"
+    return f"{dialect}.{stem}"
+
+
+@lru_cache(maxsize=1)
+def builtin_implementations() -> tuple[Implementation, ...]:
+    from strata.kernels.dialects import DIALECTS
+
+    found = []
+    for dialect in DIALECTS.values():
+        folder = SOURCES / dialect.name
+        for path in sorted(folder.glob("*")) if folder.is_dir() else []:
+            if path.suffix in dialect.suffixes and not path.name.startswith("_"):
+                found.append(from_source(path))
+    return tuple(found)

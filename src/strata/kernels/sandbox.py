@@ -1,0 +1,69 @@
+"""Parent side of the sandbox: write a job, run the worker with a timeout and limits, read
+its one result line. Untrusted kernels never run in this process (DESIGN §4)."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import sys
+import tempfile
+from dataclasses import dataclass
+from typing import Any
+
+from strata.hardware.smoke import IsolatedRun, Limits, _worker_env, error_summary, run_isolated
+from strata.kernels import checks
+from strata.paths import cache_dir
+
+# Address-space limit for CPU jobs (GPU runtimes map huge virtual ranges, so they get none).
+CPU_ADDRESS_SPACE = 16 << 30
+
+
+@dataclass(frozen=True)
+class SandboxPolicy:
+    timeout_s: float = 120.0
+    memory_bytes: int | None = CPU_ADDRESS_SPACE
+
+    def limits(self, device: str) -> Limits:
+        return Limits(cpu_seconds=int(max(60.0, 4 * self.timeout_s)),
+                      address_space_bytes=self.memory_bytes if device == "cpu" else None)
+
+
+def worker_env(device: str) -> dict[str, str]:
+    env = _worker_env()
+    if device == "cpu":
+        env["TRITON_INTERPRET"] = "1"  # Triton kernels run on CPU tensors, for correctness
+    env.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache_dir() / "inductor"))
+    return env
+
+
+def run_job(job: dict[str, Any], policy: SandboxPolicy) -> dict[str, Any]:
+    """The worker's result dict; a dead or silent worker becomes a failure with its reason."""
+    marker = f"STRATA-RESULT-{secrets.token_hex(8)}"
+    fd, path = tempfile.mkstemp(prefix="strata-kjob-", suffix=".json")
+    with os.fdopen(fd, "w") as fh:
+        json.dump({**job, "marker": marker}, fh)
+    try:
+        run = run_isolated([sys.executable, "-m", "strata.kernels.worker", path],
+                           policy.timeout_s, env=worker_env(job["device"]),
+                           limits=policy.limits(job["device"]))
+    finally:
+        if os.path.exists(path):
+            os.unlink(path)
+    return parse_result(run, marker, policy.timeout_s)
+
+
+def parse_result(run: IsolatedRun, marker: str, timeout_s: float) -> dict[str, Any]:
+    for line in reversed(run.stdout.splitlines()):
+        if line.startswith(marker + " "):
+            return json.loads(line[len(marker) + 1:])
+    if run.timed_out:
+        failure = checks.Failure(checks.TIMEOUT, f"did not finish within {timeout_s:g} s "
+                                 "(killed with its process group)")
+    else:
+        how = f"killed by signal {-run.returncode}" if (run.returncode or 0) < 0 else \
+            f"exit code {run.returncode}"
+        failure = checks.Failure(checks.CRASHED, f"the worker died ({how}): "
+                                 f"{error_summary(run.stderr) or 'no error output'}",
+                                 run.stderr.strip().splitlines()[-5:])
+    return {"ok": False, "failure": failure.to_dict()}

@@ -1,0 +1,128 @@
+"""KernelSpec: what an op computes, on which inputs, how exactly, and what it costs.
+
+A spec is the oracle side of the kernel lab (DESIGN §4, llm.c's pattern): a PyTorch
+reference (run in float64 on small shapes to judge candidates), the vendor path used as
+the speed baseline (`eager`), an input generator with several distributions, per-dtype
+tolerances, and FLOP/byte formulas for the roofline. Specs register themselves by name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+Shape = dict[str, int]
+Tensors = list[Any]  # torch tensors; torch is imported lazily (DESIGN §2.5)
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """|out - ref| <= atol + rtol*|ref|, elementwise."""
+
+    atol: float
+    rtol: float
+
+
+# Distributions the generator cycles through by seed: kernels that only work for
+# standard-normal inputs (e.g. no max-subtraction in softmax) fail on the others.
+DISTRIBUTIONS = ("normal", "uniform", "heavy")
+
+DEFAULT_TOLERANCES = {
+    "float32": Tolerance(1e-5, 1e-5),
+    "bfloat16": Tolerance(2e-2, 2e-2),
+    "float16": Tolerance(2e-3, 2e-3),
+}
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    name: str
+    summary: str
+    inputs: tuple[str, ...]  # names, in call order (docs/kernels-abi.md)
+    make_inputs: Callable[[Shape, str, int, str], Tensors]  # shape, dtype, seed, device
+    out_shape: Callable[[Shape], tuple[int, ...]]
+    reference: Callable[..., Any]  # (*inputs, **params) -> tensor; any float dtype
+    flops: Callable[[Shape], float]
+    bytes: Callable[[Shape, int], float]  # shape, bytes per float element
+    shapes: dict[str, list[Shape]]  # named sets; "verify" must exist (small, ragged)
+    sizes: Callable[..., tuple[int, ...]]  # (out, *inputs) -> int64 size args of the C ABI
+    params: dict[str, Any] = field(default_factory=dict)  # eps, scale, ...
+    eager: Callable[..., Any] | None = None  # vendor path; defaults to the reference
+    out_dtype: str | None = None  # fixed output dtype (e.g. float32 losses); None: input's
+    tolerances: dict[str, Tolerance] = field(default_factory=lambda: dict(DEFAULT_TOLERANCES))
+    scale_params: Callable[[Shape, dict[str, Any]], dict[str, Any]] | None = None
+
+    def params_for(self, shape: Shape) -> dict[str, Any]:
+        """Params for one shape (attention's scale depends on the head dim)."""
+        return self.scale_params(shape, dict(self.params)) if self.scale_params else \
+            dict(self.params)
+
+    def tolerance(self, dtype: str) -> Tolerance:
+        return self.tolerances.get(dtype, DEFAULT_TOLERANCES["float32"])
+
+    def vendor(self) -> Callable[..., Any]:
+        return self.eager or self.reference
+
+    def shape_set(self, name: str) -> list[Shape]:
+        from strata.errors import InputError
+
+        if name not in self.shapes:
+            raise InputError(f"--shapes {name}: op {self.name} has the sets "
+                             f"{', '.join(self.shapes)}")
+        return self.shapes[name]
+
+
+SPECS: dict[str, KernelSpec] = {}
+
+
+def register(spec: KernelSpec) -> KernelSpec:
+    SPECS[spec.name] = spec
+    return spec
+
+
+def all_specs() -> dict[str, KernelSpec]:
+    import strata.kernels.ops  # noqa: F401  (each op module registers its spec)
+
+    return SPECS
+
+
+def get_spec(op: str) -> KernelSpec:
+    from strata.errors import InputError
+
+    specs = all_specs()
+    if op not in specs:
+        raise InputError(f"OP {op}: unknown op (choose from {', '.join(specs)})")
+    return specs[op]
+
+
+def shape_label(shape: Shape) -> str:
+    return " ".join(f"{k}={v}" for k, v in shape.items())
+
+
+# -- input generation helpers shared by the op modules --------------------------------------
+
+def generator(seed: int) -> Any:
+    import torch
+
+    return torch.Generator().manual_seed(seed)
+
+
+def floats(size: Sequence[int], dtype: str, seed: int, device: str, *,
+           scale: float = 1.0, offset: int = 0) -> Any:
+    """Random floats whose distribution depends on the seed (normal, uniform, heavy-tailed).
+
+    Generated in float32 on the CPU from a seeded generator so every device and dtype sees
+    the same values, then cast and moved.
+    """
+    import torch
+
+    g = generator(seed * 7919 + offset)
+    kind = DISTRIBUTIONS[seed % len(DISTRIBUTIONS)]
+    if kind == "normal":
+        t = torch.randn(*size, generator=g)
+    elif kind == "uniform":
+        t = torch.rand(*size, generator=g) * 4 - 2
+    else:  # heavy tails: a few large values among small ones
+        t = torch.randn(*size, generator=g) * torch.exp(torch.randn(*size, generator=g))
+    return (t * scale).to(dtype=getattr(torch, dtype), device=device).contiguous()

@@ -1,0 +1,168 @@
+"""Worker side of `strata kernels bench`: one timing path for every dialect and baseline.
+
+Per shape: the same inputs for all contenders, the cache flushed before every timed call
+(buffer >= 2x the probed last-level cache, or GPU L2), warm-up by time, median and IQR from
+`strata.measure` (DESIGN §3/§4). A contender is also checked against the float64 reference
+at each benchmarked shape: a fast wrong answer is reported as wrong, not as fast.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+from strata.kernels import checks
+from strata.kernels.impl import Implementation
+from strata.kernels.spec import KernelSpec, get_spec
+from strata.measure.stats import percentile
+from strata.measure.timer import CudaEventClock, HostClock, TimingPolicy, time_calls
+
+SUSPICIOUS_SPEEDUP = 10.0  # DESIGN §4: flag and re-check
+BASELINES = ("torch.eager", "torch.compile")
+CHECK_MAX_ELEMENTS = 1 << 26  # skip the float64 re-check where the oracle itself gets slow
+
+
+def flusher(device: str, nbytes: int) -> Callable[[], None]:
+    """Touch a buffer larger than the cache so every timed call starts cold.
+
+    On the CPU the flush is a single-threaded numpy pass: a torch op would wake torch's
+    OpenMP team right before the timed call and let it spin into the measurement.
+    """
+    if device == "cpu":
+        import numpy as np
+
+        host = np.zeros(max(1, nbytes // 4), dtype=np.float32)
+
+        def flush_host() -> None:
+            np.add(host, 1.0, out=host)
+
+        return flush_host
+    import torch
+
+    if nbytes <= 0:  # 2x the GPU's L2, from the runtime
+        nbytes = 2 * int(getattr(torch.cuda.get_device_properties(device), "L2_cache_size",
+                                 64 << 20))
+    buf = torch.zeros(max(1, nbytes // 4), dtype=torch.float32, device=device)
+
+    def flush() -> None:
+        buf.add_(1.0)
+        torch.cuda.synchronize(device)
+
+    return flush
+
+
+def clock_for(device: str) -> Any:
+    if device.startswith("cuda"):
+        import torch
+
+        return CudaEventClock(torch, torch.device(device))
+    return HostClock()
+
+
+def _stats(values: list[float]) -> dict[str, float]:
+    ordered = sorted(values)
+    return {"median_s": percentile(ordered, 50), "p25_s": percentile(ordered, 25),
+            "p75_s": percentile(ordered, 75), "min_s": ordered[0], "n": len(ordered)}
+
+
+def _time(thunk: Callable[[], object], policy: TimingPolicy, device: str,
+          flush: Callable[[], None]) -> dict[str, float]:
+    return _stats(time_calls(thunk, policy, clock_for(device), before=flush).samples)
+
+
+def _baseline(name: str, spec: KernelSpec, inputs: list[Any], params: dict[str, Any]) -> \
+        Callable[[], object]:
+    fn = functools.partial(spec.vendor(), **params)
+    if name == "torch.compile":
+        import torch
+
+        fn = torch.compile(fn, dynamic=False)
+        fn(*inputs)  # compile outside the timed region; raises where compile does not work
+    return lambda: fn(*inputs)
+
+
+def _check_at_shape(spec: KernelSpec, out: Any, inputs: list[Any], params: dict[str, Any],
+                    dtype: str) -> str | None:
+    if out.numel() > CHECK_MAX_ELEMENTS:
+        return None
+    from strata.kernels.worker import _oracle
+
+    failure = checks.compare(out, _oracle(spec, inputs, params), spec.tolerance(dtype))
+    return f"{failure.reason}: {failure.message}" if failure else None
+
+
+class ShapeBench:
+    def __init__(self, spec: KernelSpec, shape: dict[str, int], dtype: str, device: str,
+                 policy: TimingPolicy, flush: Callable[[], None]) -> None:
+        self.spec, self.shape, self.dtype, self.device = spec, shape, dtype, device
+        self.policy, self.flush = policy, flush
+        self.inputs = spec.make_inputs(shape, dtype, 0, device)
+        self.params = spec.params_for(shape)
+
+    def baseline(self, name: str) -> dict[str, Any]:
+        try:
+            thunk = _baseline(name, self.spec, self.inputs, self.params)
+        except Exception as exc:  # torch.compile without a working toolchain, etc.
+            return {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"}
+        return _time(thunk, self.policy, self.device, self.flush)
+
+    def candidate(self, kernel: Any, untimed: str | None) -> dict[str, Any]:
+        from strata.kernels.worker import _nan_out
+
+        out = _nan_out(self.spec, self.shape, self.dtype, self.device)
+        thunk = kernel.bind(out, self.inputs, self.params)
+        thunk()
+        wrong = _check_at_shape(self.spec, out, self.inputs, self.params, self.dtype)
+        if wrong:
+            return {"error": wrong, "wrong": True}
+        if untimed:
+            return {"untimed": untimed}
+        return _time(thunk, self.policy, self.device, self.flush)
+
+    def recheck(self, result: dict[str, Any], eager: dict[str, Any], kernel: Any) -> None:
+        """A > 10x win over eager is timed again, both sides, before it is believed."""
+        if "median_s" not in result or "median_s" not in eager:
+            return
+        if eager["median_s"] / result["median_s"] <= SUSPICIOUS_SPEEDUP:
+            return
+        again = self.candidate(kernel, None)
+        base = self.baseline("torch.eager")
+        result["recheck"] = {"candidate_median_s": again.get("median_s"),
+                             "eager_median_s": base.get("median_s")}
+
+
+def run_bench(job: dict[str, Any]) -> dict[str, Any]:
+    from strata.kernels.dialects import get_dialect
+    from strata.kernels.worker import load_kernel
+
+    spec = get_spec(job["op"])
+    device, dtype = job["device"], job["dtype"]
+    policy = TimingPolicy(**job["policy"])
+    # warm: no flush, calls back to back as in a decode loop (caches, thread pools hot)
+    flush = flusher(device, int(job["flush_bytes"])) if job.get("cache", "cold") == "cold" \
+        else (lambda: None)
+    impls = [Implementation.from_job(j) for j in job["impls"]]
+    kernels: dict[str, Any] = {}
+    errors: dict[str, str] = {}
+    for impl in impls:
+        try:
+            kernels[impl.name] = load_kernel(impl, spec, device)
+        except Exception as exc:
+            errors[impl.name] = f"{checks.BUILD_FAILED}: {str(exc)[:300]}"
+    rows = []
+    for shape in job["shapes"]:
+        sb = ShapeBench(spec, shape, dtype, device, policy, flush)
+        row: dict[str, Any] = {"shape": shape, "results": {}}
+        for name in job["baselines"]:
+            row["results"][name] = sb.baseline(name)
+        for impl in impls:
+            if impl.name in errors:
+                row["results"][impl.name] = {"error": errors[impl.name]}
+                continue
+            untimed = get_dialect(impl.dialect).untimed_reason(device)
+            res = sb.candidate(kernels[impl.name], untimed)
+            sb.recheck(res, row["results"].get("torch.eager", {}), kernels[impl.name])
+            row["results"][impl.name] = res
+        rows.append(row)
+    return {"ok": True, "rows": rows}

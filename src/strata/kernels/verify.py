@@ -1,0 +1,184 @@
+"""`strata kernels verify`: each implementation judged in the sandbox, verdicts cached in the
+DB per (host fingerprint, implementation hash, device)."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from typing import Any
+
+from strata.kernels import checks
+from strata.kernels.capability import HostCaps
+from strata.kernels.dialects import get_dialect
+from strata.kernels.impl import Implementation
+from strata.kernels.sandbox import SandboxPolicy, run_job
+from strata.store.kernels import KernelResult, latest_verification, save_kernel_results
+
+SEEDS = (0, 1, 2)  # one per input distribution (normal, uniform, heavy-tailed)
+
+PASS, FAIL, COMPILED, UNAVAILABLE = "pass", "fail", "compiled", "unavailable"
+
+
+@dataclass
+class Verdict:
+    impl: Implementation
+    status: str  # pass | fail | compiled (built, no device to run) | unavailable
+    device: str | None = None
+    reason: str | None = None  # failure reason code (checks.*)
+    message: str = ""
+    details: list[str] = field(default_factory=list)
+    where: str = ""
+    cases: int = 0
+    cached: bool = False
+    seconds: float | None = None
+    max_rel_err: float | None = None
+
+    @property
+    def passed(self) -> bool:
+        return self.status == PASS
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"op": self.impl.op, "impl": self.impl.name, "dialect": self.impl.dialect,
+                "status": self.status, "device": self.device, "reason": self.reason,
+                "message": self.message, "details": self.details, "where": self.where,
+                "cases": self.cases, "cached": self.cached, "seconds": self.seconds,
+                "max_rel_err": self.max_rel_err}
+
+
+def verify_dtypes(impl: Implementation, device: str) -> list[str]:
+    """Dtypes to verify on `device`: the CPU (and Triton's interpreter) only does float32."""
+    if device == "cpu":
+        return ["float32"] if "float32" in impl.dtypes else list(impl.dtypes[:1])
+    return list(impl.dtypes)
+
+
+def _from_result(impl: Implementation, device: str, result: dict[str, Any],
+                 ok_status: str = PASS) -> Verdict:
+    failure = result.get("failure") or {}
+    return Verdict(impl, ok_status if result.get("ok") else FAIL, device,
+                   reason=failure.get("reason"), message=failure.get("message", ""),
+                   details=failure.get("details", []), where=result.get("where", ""),
+                   cases=result.get("cases", 0), seconds=result.get("seconds"),
+                   max_rel_err=result.get("max_rel_err"))
+
+
+def _from_stored(impl: Implementation, stored: KernelResult) -> Verdict:
+    verdict = _from_result(impl, stored.device, stored.data,
+                           COMPILED if stored.status == COMPILED else PASS)
+    verdict.cached = True
+    return verdict
+
+
+def static_verdict(impl: Implementation) -> Verdict | None:
+    """External sources are statically checked before anything runs (builtins are ours)."""
+    if impl.origin != "external" or impl.source is None:
+        return None
+    from strata.kernels.static_check import check_source
+
+    findings = check_source(impl.source, impl.dialect, impl.op)
+    if not findings:
+        return None
+    return Verdict(impl, FAIL, None, checks.STATIC_CHECK,
+                   f"static check: {findings[0]}", details=findings[:checks.MAX_SHOWN])
+
+
+@dataclass
+class VerifyContext:
+    conn: sqlite3.Connection
+    fingerprint: str
+    caps: HostCaps
+    policy: SandboxPolicy = field(default_factory=SandboxPolicy)
+    force: bool = False
+    static: bool = True  # the adversarial tests switch it off to exercise the runtime checks
+    progress: Callable[[str], None] = lambda _msg: None
+
+
+@dataclass
+class Pending:
+    """A verification that needs the sandbox: the job and how to read its result."""
+
+    impl: Implementation
+    device: str
+    job: dict[str, Any]
+    policy: SandboxPolicy
+    ok_status: str = PASS
+
+
+def plan(impl: Implementation, ctx: VerifyContext) -> Verdict | Pending:
+    """A verdict that needs no run (static rejection, unavailable, cached), else the job."""
+    if ctx.static:
+        rejected = static_verdict(impl)
+        if rejected:
+            _store(ctx, impl, "static", rejected, {"ok": False, "failure": {
+                "reason": rejected.reason, "message": rejected.message,
+                "details": rejected.details}})
+            return rejected
+    dialect = get_dialect(impl.dialect)
+    missing = impl.requires.check(ctx.caps)
+    compile_only = bool(missing) and dialect.compile_only(impl.requires, ctx.caps)
+    if missing and not compile_only:
+        return Verdict(impl, UNAVAILABLE, None, message=missing)
+    device = "compile-only" if compile_only else \
+        dialect.run_device(impl.requires, ctx.caps) or "cpu"
+    stored = None if ctx.force else latest_verification(
+        ctx.conn, ctx.fingerprint, impl.op, impl.name, impl.content_hash(), device)
+    if stored is not None:
+        return _from_stored(impl, stored) if stored.status != FAIL else \
+            _cached_failure(impl, stored)
+    if compile_only:  # nvcc present, no GPU: a kernel that does not build never lands
+        return Pending(impl, device, {"mode": "compile", "impl": impl.to_job(),
+                                      "device": device},
+                       SandboxPolicy(timeout_s=max(ctx.policy.timeout_s, 300.0),
+                                     memory_bytes=None), COMPILED)
+    return Pending(impl, device, {"mode": "verify", "impl": impl.to_job(), "device": device,
+                                  "dtypes": verify_dtypes(impl, device),
+                                  "seeds": list(SEEDS)}, ctx.policy)
+
+
+def finish(pending: Pending, result: dict[str, Any], ctx: VerifyContext) -> Verdict:
+    verdict = _from_result(pending.impl, pending.device, result, pending.ok_status)
+    if verdict.status == COMPILED:
+        verdict.message = "compiles; not run (no device on this host)"
+    _store(ctx, pending.impl, pending.device, verdict, result)
+    return verdict
+
+
+def verify(impl: Implementation, ctx: VerifyContext) -> Verdict:
+    return verify_many([impl], ctx)[0]
+
+
+def verify_many(impls: list[Implementation], ctx: VerifyContext, jobs: int = 1) -> \
+        list[Verdict]:
+    """Verdicts in the order of `impls`; up to `jobs` sandboxes run at once (each its own
+    process), results are stored from this thread only."""
+    verdicts: dict[int, Verdict] = {}
+    pending: dict[int, Pending] = {}
+    for i, impl in enumerate(impls):
+        p = plan(impl, ctx)
+        if isinstance(p, Pending):
+            pending[i] = p
+        else:
+            verdicts[i] = p
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        futures = {pool.submit(run_job, p.job, p.policy): i for i, p in pending.items()}
+        for n, fut in enumerate(as_completed(futures), 1):
+            i = futures[fut]
+            verdicts[i] = finish(pending[i], fut.result(), ctx)
+            ctx.progress(f"verified {n}/{len(pending)}: {pending[i].impl.key} "
+                         f"{verdicts[i].status}")
+    return [verdicts[i] for i in range(len(impls))]
+
+
+def _cached_failure(impl: Implementation, stored: KernelResult) -> Verdict:
+    verdict = _from_result(impl, stored.device, stored.data)
+    verdict.cached = True
+    return verdict
+
+
+def _store(ctx: VerifyContext, impl: Implementation, device: str, verdict: Verdict,
+           result: dict[str, Any]) -> None:
+    save_kernel_results(ctx.conn, ctx.fingerprint, [KernelResult(
+        impl.op, impl.name, impl.content_hash(), "verify", verdict.status, device,
+        ",".join(impl.dtypes), result)])
