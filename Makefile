@@ -31,7 +31,7 @@ lint: $(STAMP)
 $(STAMP): pyproject.toml requirements/cpu-constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --upgrade --quiet pip
-	$(PY) -m pip install --quiet -c requirements/cpu-constraints.txt -e '.[torch,llamacpp,dev]'
+	$(PY) -m pip install --quiet -c requirements/cpu-constraints.txt -e '.[torch,llamacpp,kernels,dev]'
 	touch $(STAMP)
 
 clean:

@@ -123,9 +123,11 @@ def test_probe_completes_without_torch(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("command", ["", "probe", "bench", "hosts", "compare", "history",
-                                     "report", "quality", "fit"])
+                                     "report", "quality", "fit", "kernels", "kernels list",
+                                     "kernels verify", "kernels bench", "kernels explain",
+                                     "kernels add"])
 def test_every_help_renders(tmp_path: Path, command: str) -> None:
     # rich markup in help strings ("[/v1]") once crashed --help: render every page for real
-    proc = run_cli(*([command] if command else []), "--help", home=tmp_path)
+    proc = run_cli(*command.split(), "--help", home=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "Usage: strata" in proc.stdout and "Traceback" not in proc.stderr

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from strata.bench.explain import COMPUTE_DTYPE
 from strata.kernels.capability import HostCaps
 from strata.kernels.dialects import get_dialect
 from strata.kernels.impl import Implementation
@@ -18,6 +19,7 @@ from strata.kernels.verify import VerifyContext, verify_many
 from strata.measure.roofline import Roofline
 from strata.store.kernels import KernelResult, save_kernel_results
 
+WRONG_AT_SHAPE = "wrong at this shape"  # dispatch rejects a kernel carrying this flag
 ELEMENT_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "float64": 8}
 MIN_FLUSH_BYTES = 8 << 20
 CACHE_MODES = ("cold", "warm")
@@ -81,7 +83,7 @@ def _figure(spec: KernelSpec, name: str, shape: dict[str, int], device: str, dty
     if "median_s" not in res:
         fig.note = res.get("untimed") or res.get("error") or "no timing"
         if res.get("wrong"):
-            fig.flags.append("wrong at this shape")
+            fig.flags.append(WRONG_AT_SHAPE)
         return fig
     fig.median_s, fig.p25_s, fig.p75_s, fig.n = (res["median_s"], res["p25_s"], res["p75_s"],
                                                  int(res["n"]))
@@ -89,7 +91,8 @@ def _figure(spec: KernelSpec, name: str, shape: dict[str, int], device: str, dty
     fig.tflops = spec.flops(shape) / fig.median_s / 1e12
     dev = roof.device(device.split(":")[0] if device == "cpu" else device) if roof else None
     if dev is not None:
-        peak_bw, peak_gf = dev.peak_bandwidth_gbs(), dev.peak_gflops(dtype)
+        peak_bw = dev.peak_bandwidth_gbs()
+        peak_gf = dev.peak_gflops(COMPUTE_DTYPE.get(dtype, dtype))
         fig.frac_bw = fig.gbs / peak_bw if peak_bw else None
         fig.frac_flops = fig.tflops * 1e3 / peak_gf if peak_gf else None
     if "median_s" in eager and name != EAGER:

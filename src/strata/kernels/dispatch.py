@@ -13,6 +13,7 @@ import sqlite3
 from dataclasses import dataclass, field
 from typing import Any
 
+from strata.kernels.bench import WRONG_AT_SHAPE
 from strata.kernels.capability import HostCaps
 from strata.kernels.dialects import get_dialect
 from strata.kernels.impl import Implementation
@@ -54,14 +55,19 @@ class Decision:
 
 
 def _speed(conn: sqlite3.Connection, fp: str, impl: Implementation, device: str) -> \
-        float | None:
-    """Geometric mean of the speedup over torch eager across the last benchmark's shapes."""
+        tuple[float | None, str | None]:
+    """(geometric-mean speedup over torch eager across the last benchmark's shapes, problem).
+
+    A kernel that was wrong at a benchmarked shape is rejected, not merely untimed."""
     rows = latest_bench(conn, fp, impl.op, impl.name, impl.content_hash(), device)
-    ups = [r.data.get("speedup_eager") for r in rows]
-    ups = [u for u in ups if u]
-    if not ups or any("wrong at this shape" in r.data.get("flags", []) for r in rows):
-        return None
-    return math.exp(sum(math.log(u) for u in ups) / len(ups))
+    wrong = [r for r in rows if WRONG_AT_SHAPE in r.data.get("flags", [])]
+    if wrong:
+        shape = ", ".join(f"{k}={v}" for k, v in (wrong[0].shape or {}).items())
+        return None, f"wrong result at benchmarked shape {shape}: {wrong[0].data.get('note')}"
+    ups = [u for u in (r.data.get("speedup_eager") for r in rows) if u]
+    if not ups:
+        return None, None
+    return math.exp(sum(math.log(u) for u in ups) / len(ups)), None
 
 
 def vendor_notes(caps: HostCaps, device: str) -> list[str]:
@@ -101,7 +107,8 @@ class Resolver:
             failure = stored.data.get("failure") or {}
             return f"failed verification: {failure.get('reason')}: " \
                    f"{failure.get('message', '')}", None
-        return None, _speed(self.conn, self.fp, impl, device)
+        speed, problem = _speed(self.conn, self.fp, impl, device)
+        return problem, speed
 
     def resolve(self, spec: KernelSpec, device: str) -> Decision:
         decision = Decision(spec.name, device, FALLBACK, None,

@@ -97,6 +97,11 @@ def from_source(path: Path, origin: str = "builtin", name: str | None = None) ->
         raise InputError(f"FILE {path}: declaration lacks {', '.join(missing)}")
     dialect = get_dialect(decl["dialect"], path)
     op = decl["op"]
+    from strata.kernels.spec import all_specs
+
+    if op not in all_specs():
+        raise InputError(f"FILE {path}: op={op} is not a kernel-lab op (choose from "
+                         f"{', '.join(all_specs())})")
     impl_name = name or decl.get("name") or variant_name(path, op, dialect.name)
     try:
         requires = dialect.requires(Requires.parse(decl.get("requires", ""),
