@@ -44,6 +44,8 @@ def main() -> int:
     ap.add_argument("--max-time", type=float, default=1.0, help="timed seconds per contender")
     ap.add_argument("--impl", default="c.avx2", help="implementation to report")
     ap.add_argument("--ops", default=",".join(t[0] for t in TARGETS))
+    ap.add_argument("--with-naive", action="store_true",
+                    help="also time the naive C variants (slow: naive matmul at 2048^3)")
     args = ap.parse_args()
     ops = args.ops.split(",")
     os.environ.setdefault("STRATA_HOME", tempfile.mkdtemp(prefix="strata-kbench-"))
@@ -68,7 +70,9 @@ def main() -> int:
     for op, kind, target in TARGETS:
         if op not in ops:
             continue
-        impls = [find(op, args.impl, s.conn), find(op, "c.naive", s.conn)]
+        impls = [find(op, args.impl, s.conn)]
+        if args.with_naive:
+            impls.append(find(op, "c.naive", s.conn))
         per_cache = {}
         for cache in ("cold", "warm") if kind == "speedup" else ("cold",):
             figures = run_bench(s, impls, roof, shapes="figure",

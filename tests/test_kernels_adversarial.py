@@ -52,8 +52,6 @@ def test_runtime_checks_reject_each_cheat(name: str, kernel_session: Session) ->
     assert verdict.reason in CHEATS[name], verdict.to_dict()
 
 
-@pytest.mark.xfail(strict=True, reason="src bug: the first verify shape has one element, "
-                   "where constant_output cannot apply, so compare reports wrong_result")
 def test_zeros_kernel_is_rejected_as_constant_output(kernel_session: Session) -> None:
     verdict = _verify(kernel_session, _external("zeros.c"), static=False)
     assert verdict.status == "fail"
@@ -124,8 +122,6 @@ def test_cli_add_static_rejection_names_the_reason(strata_home: Path) -> None:
     assert "triton.ext.calls_torch" not in _listed(strata_home, "silu_mul")
 
 
-@pytest.mark.xfail(strict=True, reason="src bug: add_external registers a statically clean "
-                   "kernel before verification, and a runtime rejection does not undo it")
 def test_cli_kernel_rejected_at_runtime_is_not_registered(strata_home: Path) -> None:
     run = run_cli("kernels", "add", str(ADVERSARIAL / "first_seed_only.c"), "--no-bench",
                   home=strata_home)

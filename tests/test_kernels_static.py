@@ -46,8 +46,6 @@ def test_c_vendor_headers_are_flagged(tmp_path: Path, header: str) -> None:
     assert any("vendor library" in f for f in findings), findings
 
 
-@pytest.mark.xfail(strict=True, reason="src bug: the vendor-include patterns `cublas\\w*`, "
-                   "`cublasLt\\w*`, `cudnn\\w*` lack `\\.h`, so these headers never match")
 @pytest.mark.parametrize("header", ["<cublas_v2.h>", "<cublas.h>", "<cublasLt.h>", "<cudnn.h>"])
 def test_cuda_vendor_headers_are_flagged(tmp_path: Path, header: str) -> None:
     findings = _check(tmp_path, _c_kernel("", f"#include {header}"), "c")
@@ -74,8 +72,6 @@ def test_comments_and_string_literals_are_not_code(tmp_path: Path) -> None:
     assert _check(tmp_path, _c_kernel(body), "c") == []
 
 
-@pytest.mark.xfail(strict=True, reason="src bug: _strip_c_comments removes /* ... */ before "
-                   "string literals, so a \"/*\" literal hides the code after it")
 def test_comment_opener_inside_a_string_cannot_hide_code(tmp_path: Path) -> None:
     body = """    const char *p = "/*";
     FILE *f = fopen("/etc/passwd", "r");
@@ -127,8 +123,6 @@ def test_python_cheats_are_flagged(tmp_path: Path, launcher: str, word: str) -> 
     assert any(word in f for f in findings), findings
 
 
-@pytest.mark.xfail(strict=True, reason="src bug: getattr and the __builtins__ mapping are "
-                   "not forbidden, so dynamic lookups reach torch ops and open()")
 @pytest.mark.parametrize("launcher", [
     "import torch\n\ndef launch(out, x):\n    getattr(torch, 'soft' + 'max')(x, -1)\n",
     "def launch(out, x):\n    __builtins__['op' + 'en']('/tmp/x', 'w')\n",

@@ -491,6 +491,10 @@ def kernels_bench(
     cache: Annotated[str, typer.Option("--cache", help="cold: flush the caches before every "
                                        "call (default); warm: calls back to back, as in a "
                                        "decode loop.")] = "cold",
+    dtype: Annotated[str, typer.Option("--dtype", help="float32 (default), bfloat16 or "
+                                       "float16; implementations that do not declare it "
+                                       "are skipped (the c dialect is float32).")]
+    = "float32",
     fmt: FormatOption = "table",
     db: DbOption = None,
 ) -> None:
@@ -515,20 +519,21 @@ def kernels_bench(
     _positive("--max-time", max_time)
     if cache not in ("cold", "warm"):
         raise InputError(f"--cache {cache}: choose cold or warm")
+    if dtype not in ("float32", "bfloat16", "float16"):
+        raise InputError(f"--dtype {dtype}: choose float32, bfloat16 or float16")
     s = _kernel_session(db)
     impls = select(op, impl, s.conn)
     roof = roofline_for(s.conn, s.caps.profile, s.fingerprint, err)
     with err.status("benchmarking…") as status:
         figures = run_bench(s, impls, roof, shapes=shapes, compile_=compile_,
-                            max_time_s=max_time, cache=cache,
+                            max_time_s=max_time, cache=cache, dtype=dtype,
                             progress=lambda m: status.update(m))
     if fmt != "table":
         sys.stdout.write(emit([figure_record(f) for f in figures], fmt, BENCH_COLUMNS))
         return
     for name in dict.fromkeys(f.op for f in figures):
         out.print(bench_table([f for f in figures if f.op == name],
-                              f"{name} ({figures[0].dtype}, {figures[0].device}, "
-                              f"{cache} cache)"))
+                              f"{name} ({dtype}, {cache} cache)"))
 
 
 @kernels_app.command("explain")
@@ -581,7 +586,7 @@ def kernels_add(
       strata kernels add softmax_kernel.py --no-bench
     """
     from strata.commands.bench import roofline_for
-    from strata.commands.kernels import add_external, run_bench, run_verify
+    from strata.commands.kernels import add_external, register_external, run_bench, run_verify
     from strata.kernels.dispatch import resolve
     from strata.views.kernels import bench_table, render_decision, render_failures, verdict_table
 
@@ -593,8 +598,13 @@ def kernels_add(
                               progress=lambda m: status.update(m))
     out.print(verdict_table(verdicts))
     render_failures(err, verdicts)
-    if verdicts[0].status != "pass":
+    if verdicts[0].status not in ("pass", "compiled"):
         raise typer.Exit(1)
+    register_external(s, impl, file)
+    if verdicts[0].status == "compiled":
+        err.print(f"{impl.key}: registered; it compiles but runs only where its device is "
+                  "(verify there)")
+        return
     if bench:
         roof = roofline_for(s.conn, s.caps.profile, s.fingerprint, err)
         with err.status("benchmarking…") as status:

@@ -70,27 +70,30 @@ def run_verify(s: Session, impls: list[Implementation], *, force: bool, timeout_
 # -- add ---------------------------------------------------------------------------------------
 
 def add_external(s: Session, path: Path) -> Implementation:
-    """Register an external kernel: statically checked, copied privately, stored in the DB."""
-    from strata.kernels.static_check import check_source
-    from strata.store.kernels import ExternalImpl, _now, save_external
-
+    """A private copy of an external kernel, ready to verify (registered only if it passes:
+    see `register_external`)."""
     if not path.is_file():
         raise InputError(f"FILE {path}: not found (give the path of one kernel source file)")
     probe = from_source(path, origin="external")
     stem = path.name.split(".")[0]
     name = f"{probe.dialect}.ext.{stem}"
-    findings = check_source(path, probe.dialect, probe.op)
     digest = hashlib.sha256(path.read_bytes()).hexdigest()[:12]
     # A private copy: the verified bytes are the ones dispatch later loads.
     store = cache_dir() / "kernels" / "external"
     store.mkdir(parents=True, exist_ok=True)
     copy = store / f"{digest}-{path.name}"
     shutil.copyfile(path, copy)
-    impl = from_source(copy, origin="external", name=name)
-    if not findings:
-        save_external(s.conn, ExternalImpl(impl.key, impl.op, name, impl.dialect, str(copy),
-                                           str(path.resolve()), impl.content_hash(), _now()))
-    return impl
+    return from_source(copy, origin="external", name=name)
+
+
+def register_external(s: Session, impl: Implementation, origin_path: Path) -> None:
+    """Record a verified (or, without its device, compiled) external kernel for dispatch.
+    A rejected version never replaces an accepted one under the same name."""
+    from strata.store.kernels import ExternalImpl, _now, save_external
+
+    save_external(s.conn, ExternalImpl(impl.key, impl.op, impl.name, impl.dialect,
+                                       str(impl.source), str(origin_path.resolve()),
+                                       impl.content_hash(), _now()))
 
 
 # -- list --------------------------------------------------------------------------------------
@@ -132,13 +135,14 @@ def list_records(s: Session, op: str | None) -> list[dict[str, object]]:
 
 def run_bench(s: Session, impls: list[Implementation], roofline: object, *, shapes: str,
               compile_: bool, max_time_s: float, progress: Callable[[str], None],
-              timeout_s: float = 900.0, cache: str = "cold") -> list:  # list[Figure]
+              timeout_s: float = 900.0, cache: str = "cold",
+              dtype: str = "float32") -> list:  # list[Figure]
     from strata.kernels.bench import BenchContext, BenchSettings, bench_op
 
     vctx = VerifyContext(s.conn, s.fingerprint, s.caps, SandboxPolicy(timeout_s=300.0),
                          progress=progress)
     settings = BenchSettings(shapes=shapes, compile=compile_, max_time_s=max_time_s,
-                             cache=cache)
+                             cache=cache, dtype=dtype)
     ctx = BenchContext(vctx, roofline, settings,  # type: ignore[arg-type]
                        SandboxPolicy(timeout_s=timeout_s), default_jobs(), progress)
     figures = []

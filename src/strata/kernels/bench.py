@@ -141,6 +141,7 @@ def bench_op(op: str, impls: list[Implementation], ctx: BenchContext) -> list[Fi
     """Verify what is not yet verified, then time the passing implementations."""
     spec = get_spec(op)
     shapes = spec.shape_set(ctx.settings.shapes)
+    impls = [i for i in impls if ctx.settings.dtype in i.dtypes]  # e.g. c kernels: fp32
     passing = [v.impl for v in verify_many(impls, ctx.verify, ctx.jobs) if v.passed]
     figures: list[Figure] = []
     groups = _groups(passing, ctx.verify.caps) or {("cpu", False): []}

@@ -95,7 +95,7 @@ def check_after_return(out: Any, snapshot: Any, threads_before: int) -> Failure 
 
     from strata.kernels.checks import same_values
 
-    time.sleep(0.05)
+    time.sleep(0.02)
     if not same_values(out, snapshot):
         return Failure(ASYNC_WRITE, "the output changed after the call returned: work "
                        "continued in the background (the timer would miss it)")

@@ -18,7 +18,8 @@ from pathlib import Path
 ALLOWED_IMPORTS = {"triton", "triton.language", "math", "torch", "functools", "typing",
                    "__future__"}
 FORBIDDEN_NAMES = {"open", "exec", "eval", "compile", "__import__", "globals", "locals",
-                   "setattr", "delattr", "vars", "breakpoint", "input", "memoryview"}
+                   "setattr", "getattr", "delattr", "vars", "breakpoint", "input",
+                   "memoryview"}
 # torch attributes a launcher may touch: dtypes only (launchers compute grid sizes).
 TORCH_DTYPES = {"float32", "float16", "bfloat16", "int8", "uint8", "int16", "int32", "int64",
                 "float64", "bool", "dtype"}
@@ -55,6 +56,9 @@ def _python_findings(tree: ast.AST) -> list[str]:
                                  f"{', '.join(sorted(ALLOWED_IMPORTS))})")
         elif isinstance(node, ast.Name) and node.id in FORBIDDEN_NAMES:
             found.append(f"line {line}: uses {node.id}()")
+        elif isinstance(node, ast.Name) and node.id.startswith("__") and \
+                node.id not in ("__name__", "__file__"):
+            found.append(f"line {line}: touches {node.id} (introspection is off limits)")
         elif isinstance(node, ast.Attribute):
             found.extend(_attribute_finding(node, line, id(node) in jit))
         elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.MatMult) and \
@@ -97,7 +101,7 @@ _C_RULES: list[tuple[str, str]] = [
      r"|dlfcn\.h|signal\.h|spawn\.h|fstream|filesystem|netdb\.h|arpa/\w+\.h|netinet/\w+\.h"
      r"|time\.h|ctime|chrono|setjmp\.h)[>\"]", "includes a system header for threads, "
      "processes, files, time or the network"),
-    (r"#\s*include\s*[<\"](?:cublas\w*|cublasLt\w*|cudnn\w*|cutlass/[\w/.]+|torch/[\w/.]+"
+    (r"#\s*include\s*[<\"](?:(?:cublas\w*|cudnn\w*)(?:\.h)?|cutlass/[\w/.]+|torch/[\w/.]+"
      r"|ATen/[\w/.]+|Python\.h|mkl\w*\.h|cblas\.h|openblas\w*\.h|dnnl\w*\.h)[>\"]",
      "includes a vendor library (the vendor path is the baseline, not a kernel)"),
     (r"\b(?:cublas\w+|cudnn\w+|cblas_\w+|at::\w+|torch::\w+|dnnl_\w+)\s*\(",
@@ -116,10 +120,19 @@ _C_RULES: list[tuple[str, str]] = [
 ]
 
 
+_C_TOKENS = re.compile(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'',
+                       re.S)
+
+
 def _strip_c_comments(text: str) -> str:
-    text = re.sub(r"/\*.*?\*/", lambda m: "\n" * m.group(0).count("\n"), text, flags=re.S)
-    text = re.sub(r"//[^\n]*", "", text)
-    return re.sub(r'"(?:\\.|[^"\\\n])*"', '""', text)  # string literals can't call anything
+    """Comments and string/char literals blanked in one left-to-right pass (a "/*" inside
+    a string must not hide the code after it); line numbers are kept."""
+    def blank(m: re.Match[str]) -> str:
+        token = m.group(0)
+        if token.startswith(("//", "/*")):
+            return "\n" * token.count("\n")
+        return token[0] * 2
+    return _C_TOKENS.sub(blank, text)
 
 
 def check_c(text: str, allow_asm: bool = False) -> list[str]:

@@ -94,11 +94,13 @@ def _check_at_shape(spec: KernelSpec, out: Any, inputs: list[Any], params: dict[
 
 class ShapeBench:
     def __init__(self, spec: KernelSpec, shape: dict[str, int], dtype: str, device: str,
-                 policy: TimingPolicy, flush: Callable[[], None]) -> None:
+                 policy: TimingPolicy, flush: Callable[[], None],
+                 timers: dict[str, Any]) -> None:
         self.spec, self.shape, self.dtype, self.device = spec, shape, dtype, device
         self.policy, self.flush = policy, flush
         self.inputs = spec.make_inputs(shape, dtype, 0, device)
         self.params = spec.params_for(shape)
+        self.timers = timers
 
     def baseline(self, name: str) -> dict[str, Any]:
         try:
@@ -108,11 +110,15 @@ class ShapeBench:
         return _time(thunk, self.policy, self.device, self.flush)
 
     def candidate(self, kernel: Any, untimed: str | None) -> dict[str, Any]:
-        from strata.kernels.worker import _nan_out
+        from strata.kernels.worker import _nan_out, guarded_call
 
         out = _nan_out(self.spec, self.shape, self.dtype, self.device)
         thunk = kernel.bind(out, self.inputs, self.params)
-        thunk()
+        # The first call at a benchmarked shape runs under the verification guards too:
+        # a kernel may cheat only at sizes the verifier never used.
+        failure = guarded_call(thunk, out, self.device, self.timers, watch=True)
+        if failure:
+            return {"error": f"{failure.reason}: {failure.message}", "wrong": True}
         wrong = _check_at_shape(self.spec, out, self.inputs, self.params, self.dtype)
         if wrong:
             return {"error": wrong, "wrong": True}
@@ -134,8 +140,10 @@ class ShapeBench:
 
 def run_bench(job: dict[str, Any]) -> dict[str, Any]:
     from strata.kernels.dialects import get_dialect
+    from strata.kernels.guards import timer_identities
     from strata.kernels.worker import load_kernel
 
+    timers = timer_identities()  # before any kernel code is imported
     spec = get_spec(job["op"])
     device, dtype = job["device"], job["dtype"]
     policy = TimingPolicy(**job["policy"])
@@ -152,7 +160,7 @@ def run_bench(job: dict[str, Any]) -> dict[str, Any]:
             errors[impl.name] = f"{checks.BUILD_FAILED}: {str(exc)[:300]}"
     rows = []
     for shape in job["shapes"]:
-        sb = ShapeBench(spec, shape, dtype, device, policy, flush)
+        sb = ShapeBench(spec, shape, dtype, device, policy, flush, timers)
         row: dict[str, Any] = {"shape": shape, "results": {}}
         for name in job["baselines"]:
             row["results"][name] = sb.baseline(name)
