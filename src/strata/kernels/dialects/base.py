@@ -53,5 +53,15 @@ class Dialect:
         return self.loader(impl, spec, device)
 
 
+def abi_args(spec: Any, out: Any, inputs: list[Any], params: dict[str, Any]) -> list[Any]:
+    """The C ABI's arguments (docs/kernels-abi.md): data pointers of out and the inputs,
+    the op's int64 sizes, then its float params, as ctypes values built once per bind."""
+    import ctypes
+
+    return [*(ctypes.c_void_p(t.data_ptr()) for t in (out, *inputs)),
+            *(ctypes.c_int64(int(n)) for n in spec.sizes(out, *inputs)),
+            *(ctypes.c_float(float(v)) for v in params.values())]
+
+
 def source_text(path: Path) -> str:
     return path.read_text("utf-8", errors="replace")

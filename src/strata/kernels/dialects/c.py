@@ -6,7 +6,7 @@ import ctypes
 from collections.abc import Callable
 from typing import Any
 
-from strata.kernels.dialects.base import Dialect
+from strata.kernels.dialects.base import Dialect, abi_args
 from strata.native import DEFAULT_FLAGS, build_shared
 
 # Compiler flags that enable an ISA feature a variant declares (-march=native already covers
@@ -25,10 +25,7 @@ class CKernel:
         self.fn, self.spec = fn, spec
 
     def bind(self, out: Any, inputs: list[Any], params: dict[str, Any]) -> Callable[[], None]:
-        ptrs = [ctypes.c_void_p(t.data_ptr()) for t in (out, *inputs)]
-        sizes = [ctypes.c_int64(int(n)) for n in self.spec.sizes(out, *inputs)]
-        floats = [ctypes.c_float(float(v)) for v in params.values()]
-        args, fn = (*ptrs, *sizes, *floats), self.fn
+        args, fn = abi_args(self.spec, out, inputs, params), self.fn
         fn.argtypes = [type(a) for a in args]
 
         def call() -> None:

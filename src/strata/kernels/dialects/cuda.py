@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from strata.kernels.capability import HostCaps, Requires
-from strata.kernels.dialects.base import Dialect
+from strata.kernels.dialects.base import Dialect, abi_args
 from strata.native import build_cuda
 
 # Architectures compiled when no device says which one to target (a compile check).
@@ -30,11 +30,8 @@ class CudaKernel:
     def bind(self, out: Any, inputs: list[Any], params: dict[str, Any]) -> Callable[[], None]:
         import torch
 
-        ptrs = [ctypes.c_void_p(t.data_ptr()) for t in (out, *inputs)]
-        sizes = [ctypes.c_int64(int(n)) for n in self.spec.sizes(out, *inputs)]
-        floats = [ctypes.c_float(float(v)) for v in params.values()]
         stream = ctypes.c_void_p(torch.cuda.current_stream(out.device).cuda_stream)
-        args, fn = (*ptrs, *sizes, *floats, stream), self.fn
+        args, fn = [*abi_args(self.spec, out, inputs, params), stream], self.fn
         fn.argtypes = [type(a) for a in args]
 
         def call() -> None:
