@@ -38,6 +38,20 @@ def geomean(values: list[float]) -> float | None:
     return math.exp(sum(map(math.log, values)) / len(values)) if values else None
 
 
+def cold_read_gbs(nbytes: int, flush_bytes: int, max_time_s: float) -> float:
+    """Reference path for the matvec figures: a plain read (torch sum, all threads) of the
+    same number of bytes, under the same cache flush and timer as the kernels."""
+    import torch
+
+    from strata.kernels.timing import flusher
+    from strata.measure.timer import HostClock, TimingPolicy, time_calls
+
+    buf = torch.rand(nbytes // 4)
+    policy = TimingPolicy(warmup_s=0.05, min_reps=5, max_reps=200, max_time_s=max_time_s)
+    summary = time_calls(buf.sum, policy, HostClock(), before=flusher("cpu", flush_bytes))
+    return nbytes / summary.median / 1e9
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--no-compile", action="store_true", help="skip torch.compile")
@@ -66,6 +80,7 @@ def main() -> int:
           f"roofline: {bw:.1f} GB/s, fp32 {cpu.peak_gflops('fp32'):.0f} GFLOP/s "
           f"(measured now, STRATA_HOME={os.environ['STRATA_HOME']})")
     summary = []
+    read_notes: list[str] = []
     started = time.perf_counter()
     for op, kind, target in TARGETS:
         if op not in ops:
@@ -85,6 +100,7 @@ def main() -> int:
                                     geomean([f.speedup_compile for f in ours]))
             else:
                 per_cache[cache] = (geomean([f.frac_bw for f in ours]), None)
+                read_notes.append(_read_note(s, op, ours, args.max_time, bw))
         summary.append((op, kind, target, per_cache))
     print(f"\nsummary ({args.impl}; geometric mean over the figure shapes; "
           f"{time.perf_counter() - started:.0f} s):")
@@ -101,7 +117,22 @@ def main() -> int:
 
         print(f"{op:18} {label:22} {target:>7.2f} {fmt(cold):>7} {fmt(warm):>7} "
               f"{fmt(cold_c):>11}  {verdict}")
+    for note in read_notes:
+        print(note)
     return 0
+
+
+def _read_note(s: object, op: str, ours: list, max_time_s: float, bw: float | None) -> str:
+    from strata.kernels.bench import flush_bytes
+    from strata.kernels.spec import get_spec
+
+    f = ours[0]
+    nbytes = int(get_spec(op).bytes(f.shape, 4))
+    ref = cold_read_gbs(nbytes, flush_bytes(s.caps, "cpu"), max_time_s)  # type: ignore
+    share = f"{ref / bw:.2f} of STREAM" if bw else "?"
+    mine = f"{f.gbs / ref:.2f}" if f.gbs else "-"
+    return (f"{op}: a cold read of the same {nbytes / 1e6:.1f} MB (torch sum) reaches "
+            f"{ref:.1f} GB/s ({share}); the kernel reaches {mine} of that read")
 
 
 if __name__ == "__main__":

@@ -286,3 +286,22 @@ def test_parallel_verification_keeps_the_order(kernel_session) -> None:
     verdicts = verify_many(impls, ctx, jobs=2)
     assert [v.impl.name for v in verdicts] == [i.name for i in impls]
     assert all(v.passed for v in verdicts)
+
+
+def test_a_bound_kernel_keeps_its_tensors_alive(kernel_session) -> None:
+    """The thunk holds raw data pointers: it must keep the tensors they belong to alive
+    (else a caller that drops its references gets writes into freed memory)."""
+    import gc
+
+    from strata.kernels.dialects import get_dialect
+    from strata.kernels.registry import find
+    from strata.kernels.spec import get_spec
+
+    spec = get_spec("silu_mul")
+    kernel = get_dialect("c").load(find("silu_mul", "c.avx2"), spec, "cpu")
+    a, b = torch.randn(4, 4096), torch.randn(4, 4096)
+    thunk = kernel.bind(torch.full((4, 4096), float("nan")), [a.clone(), b.clone()], {})
+    gc.collect()
+    _ = [torch.zeros(4, 4096) for _ in range(8)]  # reuse of freed blocks would show here
+    thunk()
+    torch.testing.assert_close(thunk.tensors[0], torch.nn.functional.silu(a) * b)

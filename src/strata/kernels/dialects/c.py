@@ -27,10 +27,12 @@ class CKernel:
     def bind(self, out: Any, inputs: list[Any], params: dict[str, Any]) -> Callable[[], None]:
         args, fn = abi_args(self.spec, out, inputs, params), self.fn
         fn.argtypes = [type(a) for a in args]
+        tensors = (out, *inputs)  # held by the thunk: its raw pointers must stay valid
 
         def call() -> None:
             fn(*args)
 
+        call.tensors = tensors  # type: ignore[attr-defined]
         return call
 
 

@@ -34,11 +34,14 @@ class CudaKernel:
         args, fn = [*abi_args(self.spec, out, inputs, params), stream], self.fn
         fn.argtypes = [type(a) for a in args]
 
+        tensors = (out, *inputs)  # held by the thunk: its raw pointers must stay valid
+
         def call() -> None:
             code = fn(*args)
             if code:
                 raise RuntimeError(f"CUDA launch failed: cudaError {code}")
 
+        call.tensors = tensors  # type: ignore[attr-defined]
         return call
 
 
