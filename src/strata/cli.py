@@ -524,16 +524,19 @@ def kernels_bench(
     s = _kernel_session(db)
     impls = select(op, impl, s.conn)
     roof = roofline_for(s.conn, s.caps.profile, s.fingerprint, err)
-    with err.status("benchmarking…") as status:
-        figures = run_bench(s, impls, roof, shapes=shapes, compile_=compile_,
-                            max_time_s=max_time, cache=cache, dtype=dtype,
-                            progress=lambda m: status.update(m))
+    figures = []
+    ops = list(dict.fromkeys(i.op for i in impls))
+    for n, name in enumerate(ops, 1):  # each op's table as soon as it is measured
+        with err.status(f"[{n}/{len(ops)}] {name}…") as status:
+            done = run_bench(s, [i for i in impls if i.op == name], roof, shapes=shapes,
+                             compile_=compile_, max_time_s=max_time, cache=cache,
+                             dtype=dtype,
+                             progress=lambda m, n=n: status.update(f"[{n}/{len(ops)}] {m}"))
+        figures += done
+        if fmt == "table" and done:
+            out.print(bench_table(done, f"{name} ({dtype}, {cache} cache)"))
     if fmt != "table":
         sys.stdout.write(emit([figure_record(f) for f in figures], fmt, BENCH_COLUMNS))
-        return
-    for name in dict.fromkeys(f.op for f in figures):
-        out.print(bench_table([f for f in figures if f.op == name],
-                              f"{name} ({dtype}, {cache} cache)"))
 
 
 @kernels_app.command("explain")

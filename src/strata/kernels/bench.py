@@ -33,7 +33,7 @@ class BenchSettings:
     cache: str = "cold"  # cold: flush before every call (DESIGN §4); warm: back to back
     warmup_s: float = 0.05
     max_time_s: float = 0.5
-    min_reps: int = 5
+    min_reps: int = 3
     max_reps: int = 200
 
     def policy(self) -> dict[str, Any]:
