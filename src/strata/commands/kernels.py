@@ -73,7 +73,8 @@ def add_external(s: Session, path: Path) -> Implementation:
     """A private copy of an external kernel, ready to verify (registered only if it passes:
     see `register_external`)."""
     if not path.is_file():
-        raise InputError(f"FILE {path}: not found (give the path of one kernel source file)")
+        what = "is a directory" if path.is_dir() else "not found"
+        raise InputError(f"FILE {path}: {what} (give the path of one kernel source file)")
     probe = from_source(path, origin="external")
     stem = path.name.split(".")[0]
     name = f"{probe.dialect}.ext.{stem}"

@@ -125,14 +125,14 @@ class BenchContext:
     progress: Callable[[str], None] = lambda _msg: None
 
 
-def _groups(impls: list[Implementation], caps: HostCaps) -> dict[tuple[str, bool], list[
+def _groups(impls: list[Implementation], caps: HostCaps) -> dict[tuple[str, str], list[
         Implementation]]:
-    """Trusted built-ins share one worker per device; each external kernel gets its own."""
-    groups: dict[tuple[str, bool], list[Implementation]] = {}
+    """(device, private worker name or "") -> implementations: trusted built-ins share one
+    worker per device; each external kernel gets its own."""
+    groups: dict[tuple[str, str], list[Implementation]] = {}
     for impl in impls:
         device = get_dialect(impl.dialect).run_device(impl.requires, caps) or "cpu"
-        key = (f"{device}|{impl.name}" if impl.origin == "external" else device,
-               impl.origin == "external")
+        key = (device, impl.name if impl.origin == "external" else "")
         groups.setdefault(key, []).append(impl)
     return groups
 
@@ -144,9 +144,8 @@ def bench_op(op: str, impls: list[Implementation], ctx: BenchContext) -> list[Fi
     impls = [i for i in impls if ctx.settings.dtype in i.dtypes]  # e.g. c kernels: fp32
     passing = [v.impl for v in verify_many(impls, ctx.verify, ctx.jobs) if v.passed]
     figures: list[Figure] = []
-    groups = _groups(passing, ctx.verify.caps) or {("cpu", False): []}
-    for (key, _), group in groups.items():
-        device = key.split("|")[0]
+    groups = _groups(passing, ctx.verify.caps) or {("cpu", ""): []}
+    for (device, _), group in groups.items():
         figures += _bench_group(spec, group, device, shapes, ctx)
     _store(ctx, spec, figures, {i.name: i for i in passing})
     return figures

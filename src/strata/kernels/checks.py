@@ -44,6 +44,13 @@ def _fmt_index(flat: int, shape: tuple[int, ...]) -> str:
     return "[" + ",".join(str(i) for i in reversed(idx)) + "]"
 
 
+def _first_mismatches(bad: Any, got: Any, want: Any) -> list[str]:
+    """`[i,j]: got x, expected y` for the first flagged elements (`bad` is flat)."""
+    return [f"{_fmt_index(i, tuple(got.shape))}: got {got.flatten()[i].item():.6g}, "
+            f"expected {want.flatten()[i].item():.6g}"
+            for i in bad.nonzero().flatten()[:MAX_SHOWN].tolist()]
+
+
 def allowed_error(ref: Any, tol: Tolerance) -> Any:
     """atol scaled by the reference's RMS (outputs of reductions grow with the input size)
     plus rtol*|ref|, elementwise."""
@@ -66,23 +73,18 @@ def compare(out: Any, ref: Any, tol: Tolerance) -> Failure | None:
     inf_bad = torch.isinf(got) != torch.isinf(want)
     parity = (nan_bad | inf_bad).flatten()
     if bool(parity.any()):
-        bad = parity.nonzero().flatten()[:MAX_SHOWN].tolist()
-        shown = [f"{_fmt_index(i, tuple(got.shape))}: got {got.flatten()[i].item():.6g}, "
-                 f"expected {want.flatten()[i].item():.6g}" for i in bad]
         n = int(parity.sum())
         return Failure(NAN_PARITY, f"{n} element(s) NaN/Inf where the reference is not "
-                       "(or the reverse); unwritten outputs stay NaN", shown)
+                       "(or the reverse); unwritten outputs stay NaN",
+                       _first_mismatches(parity, got, want))
     finite = torch.isfinite(want)
     err = (got - want).abs().where(finite, torch.zeros_like(got))
     over = (err > allowed_error(want, tol)).flatten()
     if not bool(over.any()):
         return None
-    bad = over.nonzero().flatten()[:MAX_SHOWN].tolist()
-    shown = [f"{_fmt_index(i, tuple(got.shape))}: got {got.flatten()[i].item():.6g}, "
-             f"expected {want.flatten()[i].item():.6g}" for i in bad]
     return Failure(WRONG_RESULT, f"{int(over.sum())} of {over.numel()} element(s) outside "
                    f"atol={tol.atol:g}*max(1,rms) + rtol={tol.rtol:g}*|ref| (max abs error "
-                   f"{float(err.max()):.3g})", shown)
+                   f"{float(err.max()):.3g})", _first_mismatches(over, got, want))
 
 
 def constant_output(out: Any, ref: Any) -> Failure | None:

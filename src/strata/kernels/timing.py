@@ -103,9 +103,9 @@ class ShapeBench:
     def reference(self) -> Any:
         """The float64 oracle at this shape, computed once for all contenders."""
         if self._reference is None:
-            from strata.kernels.worker import _oracle
+            from strata.kernels.worker import oracle
 
-            self._reference = _oracle(self.spec, self.inputs, self.params)
+            self._reference = oracle(self.spec, self.inputs, self.params)
         return self._reference
 
     def check(self, out: Any) -> str | None:
@@ -115,11 +115,11 @@ class ShapeBench:
         return f"{failure.reason}: {failure.message}" if failure else None
 
     def candidate(self, kernel: Any, untimed: str | None) -> dict[str, Any]:
-        from strata.kernels.worker import _nan_out, guarded_call
+        from strata.kernels.worker import guarded_call, nan_out
 
         if untimed:  # an interpreter: verified on small shapes, far too slow at real ones
             return {"untimed": untimed}
-        out = _nan_out(self.spec, self.shape, self.dtype, self.device)
+        out = nan_out(self.spec, self.shape, self.dtype, self.device)
         thunk = kernel.bind(out, self.inputs, self.params)
         # The first call at a benchmarked shape runs under the verification guards too:
         # a kernel may cheat only at sizes the verifier never used.

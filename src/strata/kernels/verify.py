@@ -65,6 +65,7 @@ def _from_result(impl: Implementation, device: str, result: dict[str, Any],
 
 
 def _from_stored(impl: Implementation, stored: KernelResult) -> Verdict:
+    """A cached verdict; a stored failure stays a failure (its result says ok: false)."""
     verdict = _from_result(impl, stored.device, stored.data,
                            COMPILED if stored.status == COMPILED else PASS)
     verdict.cached = True
@@ -125,8 +126,7 @@ def plan(impl: Implementation, ctx: VerifyContext) -> Verdict | Pending:
     stored = None if ctx.force else latest_verification(
         ctx.conn, ctx.fingerprint, impl.op, impl.name, impl.content_hash(), device)
     if stored is not None:
-        return _from_stored(impl, stored) if stored.status != FAIL else \
-            _cached_failure(impl, stored)
+        return _from_stored(impl, stored)
     if compile_only:  # nvcc present, no GPU: a kernel that does not build never lands
         return Pending(impl, device, {"mode": "compile", "impl": impl.to_job(),
                                       "device": device},
@@ -169,12 +169,6 @@ def verify_many(impls: list[Implementation], ctx: VerifyContext, jobs: int = 1) 
             ctx.progress(f"verified {n}/{len(pending)}: {pending[i].impl.key} "
                          f"{verdicts[i].status}")
     return [verdicts[i] for i in range(len(impls))]
-
-
-def _cached_failure(impl: Implementation, stored: KernelResult) -> Verdict:
-    verdict = _from_result(impl, stored.device, stored.data)
-    verdict.cached = True
-    return verdict
 
 
 def _store(ctx: VerifyContext, impl: Implementation, device: str, verdict: Verdict,

@@ -38,14 +38,14 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize(device)
 
 
-def _nan_out(spec: KernelSpec, shape: dict[str, int], dtype: str, device: str) -> Any:
+def nan_out(spec: KernelSpec, shape: dict[str, int], dtype: str, device: str) -> Any:
     import torch
 
     out_dtype = _torch_dtype(spec.out_dtype or dtype)
     return torch.full(spec.out_shape(shape), float("nan"), dtype=out_dtype, device=device)
 
 
-def _oracle(spec: KernelSpec, inputs: list[Any], params: dict[str, Any]) -> Any:
+def oracle(spec: KernelSpec, inputs: list[Any], params: dict[str, Any]) -> Any:
     """The reference in float64 on the CPU, from the very same (dtype-rounded) inputs."""
     import torch
 
@@ -97,12 +97,12 @@ class Verifier:
         inputs = spec.make_inputs(shape, dtype, seed, self.device)
         before = [t.clone() for t in inputs]
         params = spec.params_for(shape)
-        first = _nan_out(spec, shape, dtype, self.device)
+        first = nan_out(spec, shape, dtype, self.device)
         failure = self.call(first, inputs, params, watch=True)
         if failure:
             return failure
-        ref = _oracle(spec, inputs, params)
-        second = _nan_out(spec, shape, dtype, self.device)
+        ref = oracle(spec, inputs, params)
+        second = nan_out(spec, shape, dtype, self.device)
         failure = self.call(second, inputs, params)
         if failure:
             return failure
