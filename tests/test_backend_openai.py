@@ -7,6 +7,7 @@ import json
 import time
 from collections.abc import Iterator
 from itertools import pairwise
+from pathlib import Path
 
 import pytest
 
@@ -17,6 +18,8 @@ from strata.backends.openai import OpenAIBackend
 from strata.errors import InputError, StrataError
 from strata.models.source import ResolvedModel, resolve
 from strata.models.synthetic import FIRST_TEXT_ID, text_for_tokens
+from tests.conftest import run_cli
+from tests.seed_host import seed_host
 from tests.server_fixture import (
     FakeHandler,
     RunningServer,
@@ -357,3 +360,70 @@ def test_depth_without_a_known_prompt_cache_is_refused(
         with pytest.raises(InputError, match="prompt cache"):
             b.run(req)
         b.close()
+
+
+# -- a tokenize route that does not answer JSON -----------------------------------------------
+
+
+class BadTokenizer(FakeHandler):
+    """Looks like llama.cpp's server (/props answers), but /tokenize answers `reply`: what a
+    proxy's error page, a truncated body or another API looks like from here."""
+
+    reply: bytes = b""
+    content_type = "application/json"
+
+    def do_GET(self) -> None:
+        if self.path == "/props":
+            self._send(200, b"{}")
+        else:
+            super().do_GET()
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        if self.path != "/tokenize":
+            self._send(404, b'{"detail":"Not Found"}')
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", self.content_type)
+        self.send_header("Content-Length", str(len(self.reply)))
+        self.end_headers()
+        self.wfile.write(self.reply)
+
+
+def bad_tokenizer(reply: bytes, content_type: str = "application/json") -> type[BadTokenizer]:
+    return type("BadTokenizer", (BadTokenizer,), {"reply": reply, "content_type": content_type})
+
+
+HTML = b"<html><head><title>502 Bad Gateway</title></head>\n<body>nginx</body></html>"
+
+
+@pytest.mark.parametrize(("reply", "content_type", "needle"), [
+    (HTML, "text/html", "answered text/html, not JSON: <html>"),
+    (b'{"tokens": [1, 2', "application/json", "not JSON: {\"tokens\": [1, 2"),
+    (b"", "application/json", "not JSON: (empty body)"),
+    (b"[1, 2, 3]", "application/json", "expected a JSON object"),
+    (b'{"ids": [1, 2]}', "application/json", "no 'tokens' field"),
+    (b'{"tokens": ["a", null]}', "application/json", "not a list of token ids"),
+], ids=["html", "truncated", "empty", "list", "no-tokens", "not-ids"])
+def test_bad_tokenize_reply_is_a_one_line_input_error(reply: bytes, content_type: str,
+                                                      needle: str) -> None:
+    with fake_server(bad_tokenizer(reply, content_type)) as url, \
+            pytest.raises(InputError) as caught:
+        OpenAIBackend(read_timeout=5).load(endpoint_model(url), LoadConfig())
+    message = str(caught.value)
+    assert needle in message and "/tokenize" in message and "\n" not in message
+
+
+def test_cli_html_from_tokenize_exits_2_without_traceback(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    seed_host(home)  # the roofline is stored: bench reaches the endpoint in seconds
+    with fake_server(bad_tokenizer(HTML, "text/html")) as url:
+        proc = run_cli("bench", url, "-B", "openai", "-p", "16", "-n", "8", "-r", "1",
+                       home=home, timeout=120)
+    err = proc.stderr.strip()
+    assert proc.returncode == 2, (proc.stdout, err)
+    # bench says the run is marked failed, then the error: one line, the last one
+    assert "Traceback" not in err, err
+    assert [line for line in err.splitlines() if line.startswith("error:")] == \
+        [err.splitlines()[-1]], err
+    assert "/tokenize: the server answered text/html, not JSON" in err

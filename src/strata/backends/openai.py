@@ -88,6 +88,40 @@ def _server_message(resp: httpx.Response) -> str:
     return _one_line(str(body))
 
 
+def _json_object(url: str, resp: httpx.Response) -> dict[str, Any]:
+    """The JSON object a route answered with. Anything else (an HTML page from a proxy or a
+    web server, a truncated body, a bare list) means the URL does not lead to the API this
+    backend speaks: an input error (exit 2) on one line, like every other bad reply."""
+    try:
+        data = resp.json()
+    except ValueError:  # JSONDecodeError, and UnicodeDecodeError for binary garbage
+        kind = resp.headers.get("content-type") or "no content type"
+        raise InputError(f"{url}: the server answered {kind}, not JSON: "
+                         f"{_one_line(resp.text, 80) or '(empty body)'} (is this an "
+                         "OpenAI-compatible server?)") from None
+    if not isinstance(data, dict):
+        raise InputError(f"{url}: expected a JSON object, got {_one_line(resp.text, 80)}")
+    return data
+
+
+def _field(url: str, data: dict[str, Any], key: str) -> Any:
+    """data[key], or an input error naming the route and what it answered instead."""
+    if key not in data:
+        raise InputError(f"{url}: the reply has no '{key}' field: "
+                         f"{_one_line(json.dumps(data), 80)}")
+    return data[key]
+
+
+def _token_ids(url: str, tokens: Any) -> list[int]:
+    """Token ids from a tokenize reply: plain ints, or {"id": ...} objects (llama.cpp with
+    with_pieces). Anything else is a bad reply, said on one line."""
+    try:
+        return [int(t["id"]) if isinstance(t, dict) else int(t) for t in tokens]
+    except (KeyError, TypeError, ValueError):
+        raise InputError(f"{url}: 'tokens' is not a list of token ids: "
+                         f"{_one_line(json.dumps(tokens), 80)}") from None
+
+
 # -- tokens <-> text ------------------------------------------------------------------------
 
 
@@ -157,28 +191,30 @@ class ServerText(PromptText):
         with_special = self._tokenize("", special=True)
         self.bos = with_special[0] if with_special else None
 
-    def _post(self, path: str, body: dict[str, Any]) -> Any:
-        resp = self._client.post(self._server.root + path, json=body)
+    def _post(self, path: str, body: dict[str, Any], key: str) -> Any:
+        """POST to a tokenizer route and return field `key` of its JSON reply."""
+        url = self._server.root + path
+        resp = self._client.post(url, json=body)
         if resp.status_code >= 400:
-            raise StrataError(f"{self._server.root}{path}: HTTP {resp.status_code}: "
-                              f"{_server_message(resp)}")
-        return resp.json()
+            raise StrataError(f"{url}: HTTP {resp.status_code}: {_server_message(resp)}")
+        return _field(url, _json_object(url, resp), key)
 
     def _tokenize(self, text: str, special: bool = False) -> list[int]:
         if self._server.flavour == "llama.cpp":
-            ids = self._post("/tokenize", {"content": text, "add_special": special})["tokens"]
-        else:  # llama-cpp-python always adds BOS: strip it when not wanted
-            ids = self._post("/extras/tokenize", {"input": text, "model": self._server.model})
-            ids = ids["tokens"]
-            if not special and ids and ids[0] == self.bos:
-                ids = ids[1:]
-        return [int(t["id"]) if isinstance(t, dict) else int(t) for t in ids]
+            path, body = "/tokenize", {"content": text, "add_special": special}
+        else:
+            path, body = "/extras/tokenize", {"input": text, "model": self._server.model}
+        ids = _token_ids(self._server.root + path, self._post(path, body, "tokens"))
+        # llama-cpp-python always adds BOS: strip it when not wanted
+        if self._server.flavour != "llama.cpp" and not special and ids and ids[0] == self.bos:
+            ids = ids[1:]
+        return ids
 
     def _detokenize(self, ids: list[int]) -> str:
         if self._server.flavour == "llama.cpp":
-            return str(self._post("/detokenize", {"tokens": ids})["content"])
+            return str(self._post("/detokenize", {"tokens": ids}, "content"))
         body = {"tokens": ids, "model": self._server.model}
-        return str(self._post("/extras/detokenize", body)["text"])
+        return str(self._post("/extras/detokenize", body, "text"))
 
     def random_ids(self, n: int, seed: int) -> list[int]:
         if n == 0:
@@ -324,7 +360,7 @@ class OpenAIBackend:
         with self._errors(url, 0):
             resp = self._client.get(url)
             self._raise_for_status(url, resp)
-            return resp.json()
+            return _json_object(url, resp)
 
     def _raise_for_status(self, url: str, resp: httpx.Response) -> None:
         if resp.status_code < 400:
