@@ -65,7 +65,12 @@ def find_nvcc() -> Compiler:
 def build_cuda(source: Path, archs: tuple[str, ...], out_dir: Path | None = None) -> Path:
     """Shared library from a .cu file for the given sm_XY architectures (nvcc)."""
     gencode = [f"-gencode=arch=compute_{a[3:]},code={a}" for a in archs]
-    flags = ("-O3", "-shared", "-Xcompiler", "-fPIC", *gencode)
+    # The shared CUDA runtime (torch has it loaded already): a statically linked one would
+    # bring its own dlopen/socket/file calls into the kernel's imports, which elfcheck
+    # could then no longer tell apart from the kernel's. rpath: the toolkit's copy.
+    toolkit_lib = Path(find_nvcc().path).resolve().parent.parent / "lib64"
+    flags = ("-O3", "-shared", "-cudart", "shared", "-Xcompiler", "-fPIC",
+             f"-Xlinker=-rpath,{toolkit_lib}", *gencode)
     return build_with(find_nvcc(), source, flags, (), out_dir, "cuda")
 
 

@@ -115,6 +115,7 @@ def _availability(s: Session, impl: Implementation) -> tuple[str, str | None]:
 
 
 def list_records(s: Session, op: str | None) -> list[dict[str, object]]:
+    from strata.kernels.dispatch import speed_of
     from strata.store.kernels import latest_bench, latest_verification
 
     records = []
@@ -124,11 +125,13 @@ def list_records(s: Session, op: str | None) -> list[dict[str, object]]:
                                      impl.content_hash(), device) if device else None
         bench = latest_bench(s.conn, s.fingerprint, impl.op, impl.name, impl.content_hash(),
                              device) if device else []
-        ups = [r.data["speedup_eager"] for r in bench if r.data.get("speedup_eager")]
+        speed = speed_of(bench)
         records.append({"op": impl.op, "impl": impl.name, "dialect": impl.dialect,
                         "requires": impl.requires.describe(), "available": available,
                         "verified": stored.status if stored else "-",
-                        "best_speedup": max(ups) if ups else None, "origin": impl.origin})
+                        "speedup": speed.geomean, "speedup_low": speed.low,
+                        "speedup_high": speed.high, "speedup_shapes": speed.shapes,
+                        "speed_problem": speed.problem, "origin": impl.origin})
     return records
 
 

@@ -23,6 +23,11 @@ CRASHED = "crashed"
 TIMEOUT = "timeout"
 BUILD_FAILED = "build_failed"
 STATIC_CHECK = "static_check"
+OUT_OF_BOUNDS = "out_of_bounds_write"
+READS_OUTPUT = "reads_output_buffer"  # right with a NaN-filled output, wrong with another fill
+DATA_RACE = "data_race"  # right on one thread, wrong (or different) on several
+SANDBOX_VIOLATION = "sandbox_violation"
+FORBIDDEN_LINK = "forbidden_link"  # the compiled object imports a symbol kernels may not use
 MAX_SHOWN = 5
 
 

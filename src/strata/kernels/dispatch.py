@@ -17,6 +17,7 @@ from strata.kernels.bench import WRONG_AT_SHAPE
 from strata.kernels.capability import HostCaps
 from strata.kernels.dialects import get_dialect
 from strata.kernels.impl import Implementation
+from strata.kernels.plausibility import IMPLAUSIBLE, NOISY_BASELINE
 from strata.kernels.registry import EAGER, implementations
 from strata.kernels.spec import KernelSpec, get_spec
 from strata.store.kernels import latest_bench, latest_verification
@@ -54,20 +55,47 @@ class Decision:
                 "notes": self.notes, "trace": [t.to_dict() for t in self.trace]}
 
 
+@dataclass(frozen=True)
+class Speed:
+    """What dispatch uses: the geometric-mean speedup over eager across the counted shapes,
+    with its spread (lowest and highest shape), or the problem that disqualifies."""
+
+    geomean: float | None = None
+    low: float | None = None
+    high: float | None = None
+    shapes: int = 0
+    excluded: int = 0  # shapes whose baseline stayed noisy
+    problem: str | None = None
+
+
+def _shape_text(shape: dict[str, int] | None) -> str:
+    return ", ".join(f"{k}={v}" for k, v in (shape or {}).items())
+
+
+def speed_of(rows: list[Any]) -> Speed:
+    """Speed from stored benchmark rows (KernelResult): a wrong or implausible figure at any
+    shape disqualifies; a noisy-baseline shape does not count."""
+    for r in rows:
+        for flag in r.data.get("flags", []):
+            if flag.startswith(WRONG_AT_SHAPE):
+                return Speed(problem=f"wrong result at benchmarked shape "
+                             f"{_shape_text(r.shape)}: {r.data.get('note') or flag}")
+            if flag.startswith(IMPLAUSIBLE):
+                return Speed(problem=f"{flag} (shape {_shape_text(r.shape)})")
+    counted = [r for r in rows if not any(f.startswith(NOISY_BASELINE)
+                                          for f in r.data.get("flags", []))]
+    ups = [u for u in (r.data.get("speedup_eager") for r in counted) if u]
+    if not ups:
+        return Speed(excluded=len(rows) - len(counted))
+    mean = math.exp(sum(math.log(u) for u in ups) / len(ups))
+    return Speed(mean, min(ups), max(ups), len(ups), len(rows) - len(counted))
+
+
 def _speed(conn: sqlite3.Connection, fp: str, impl: Implementation, device: str) -> \
         tuple[float | None, str | None]:
-    """(geometric-mean speedup over torch eager across the last benchmark's shapes, problem).
-
-    A kernel that was wrong at a benchmarked shape is rejected, not merely untimed."""
-    rows = latest_bench(conn, fp, impl.op, impl.name, impl.content_hash(), device)
-    wrong = [r for r in rows if WRONG_AT_SHAPE in r.data.get("flags", [])]
-    if wrong:
-        shape = ", ".join(f"{k}={v}" for k, v in (wrong[0].shape or {}).items())
-        return None, f"wrong result at benchmarked shape {shape}: {wrong[0].data.get('note')}"
-    ups = [u for u in (r.data.get("speedup_eager") for r in rows) if u]
-    if not ups:
-        return None, None
-    return math.exp(sum(math.log(u) for u in ups) / len(ups)), None
+    """(geometric-mean speedup over torch eager across the last benchmark's shapes, problem)."""
+    speed = speed_of(latest_bench(conn, fp, impl.op, impl.name, impl.content_hash(), device))
+    return speed.geomean, speed.problem
 
 
 def vendor_notes(caps: HostCaps, device: str) -> list[str]:

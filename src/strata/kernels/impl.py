@@ -23,7 +23,7 @@ SOURCES = Path(__file__).resolve().parent / "sources"
 DECLARATION = re.compile(r"strata-kernel:\s*(?P<body>.*)$")
 HEADER_LINES = 30
 # Bump when the verification rules change: cached verdicts of older rules no longer count.
-HARNESS_VERSION = "1"
+HARNESS_VERSION = "2"  # 2: ELF import check, confinement, prefills, canaries, threads
 
 
 @dataclass(frozen=True)
@@ -61,7 +61,7 @@ class Implementation:
         return {"op": self.op, "name": self.name, "dialect": self.dialect,
                 "source": str(self.source) if self.source else None, "entry": self.entry,
                 "requires": self.requires.describe(), "dtypes": list(self.dtypes),
-                "origin": self.origin}
+                "origin": self.origin, "extra": dict(self.extra)}
 
     @classmethod
     def from_job(cls, job: dict[str, object]) -> Implementation:
@@ -70,7 +70,9 @@ class Implementation:
                    source=Path(str(src)) if src else None, entry=str(job["entry"]),
                    requires=Requires.parse(str(job["requires"])),
                    dtypes=tuple(job.get("dtypes") or ("float32",)),  # type: ignore[arg-type]
-                   origin=str(job.get("origin", "builtin")))
+                   origin=str(job.get("origin", "builtin")),
+                   extra={str(k): str(v) for k, v in
+                          dict(job.get("extra") or {}).items()})  # type: ignore[call-overload]
 
 
 def parse_declaration(path: Path) -> dict[str, str]:

@@ -1,9 +1,11 @@
 """Worker side of `strata kernels bench`: one timing path for every dialect and baseline.
 
-Per shape: the same inputs for all contenders, the cache flushed before every timed call
-(buffer >= 2x the probed last-level cache, or GPU L2), warm-up by time, median and IQR from
-`strata.measure` (DESIGN §3/§4). A contender is also checked against the float64 reference
-at each benchmarked shape: a fast wrong answer is reported as wrong, not as fast.
+Per shape: the same input stream for all contenders (fresh inputs every call, mixed from
+sets seeded by the job, so baselines in their own process see the same distribution), the
+cache flushed before every timed call (buffer >= 2x the probed last-level cache, or GPU L2),
+warm-up by time, median and IQR from `strata.measure` (DESIGN §3/§4). A contender is checked
+against the float64 reference at each benchmarked shape and its timed calls' outputs are
+checked after they return: a fast wrong answer is reported as wrong, not as fast.
 """
 
 from __future__ import annotations
@@ -13,12 +15,12 @@ from collections.abc import Callable
 from typing import Any
 
 from strata.kernels import checks
+from strata.kernels.buffers import InputStream, TimedOutputChecker, rotating_thunk
 from strata.kernels.impl import Implementation
 from strata.kernels.spec import KernelSpec, get_spec
 from strata.measure.stats import percentile
 from strata.measure.timer import CudaEventClock, HostClock, TimingPolicy, time_calls
 
-SUSPICIOUS_SPEEDUP = 10.0  # DESIGN §4: flag and re-check
 BASELINES = ("torch.eager", "torch.compile")
 CHECK_MAX_ELEMENTS = 1 << 26  # skip the float64 re-check where the oracle itself gets slow
 
@@ -67,83 +69,86 @@ def _stats(values: list[float]) -> dict[str, float]:
 
 
 def _time(thunk: Callable[[], object], policy: TimingPolicy, device: str,
-          flush: Callable[[], None]) -> dict[str, float]:
-    return _stats(time_calls(thunk, policy, clock_for(device), before=flush).samples)
+          before: Callable[[], None]) -> dict[str, float]:
+    return _stats(time_calls(thunk, policy, clock_for(device), before=before).samples)
 
 
-def _baseline(name: str, spec: KernelSpec, inputs: list[Any], params: dict[str, Any]) -> \
-        Callable[[], object]:
+def _baseline_fn(name: str, spec: KernelSpec, inputs: list[Any], params: dict[str, Any]) -> \
+        Callable[..., object]:
     fn = functools.partial(spec.vendor(), **params)
     if name == "torch.compile":
         import torch
 
         fn = torch.compile(fn, dynamic=False)
         fn(*inputs)  # compile outside the timed region; raises where compile does not work
-    return lambda: fn(*inputs)
+    return fn
 
 
 class ShapeBench:
+    """One shape: every contender timed on a stream of fresh inputs (DESIGN §4: timed calls
+    never see the same inputs twice), the cache flushed before each call."""
+
     def __init__(self, spec: KernelSpec, shape: dict[str, int], dtype: str, device: str,
                  policy: TimingPolicy, flush: Callable[[], None],
-                 timers: dict[str, Any]) -> None:
+                 timers: dict[str, Any], seed: int = 0) -> None:
         self.spec, self.shape, self.dtype, self.device = spec, shape, dtype, device
-        self.policy, self.flush = policy, flush
-        self.inputs = spec.make_inputs(shape, dtype, 0, device)
+        self.policy, self.flush, self.seed = policy, flush, seed
         self.params = spec.params_for(shape)
         self.timers = timers
-        self._reference: Any = None
+
+    def _stream(self) -> InputStream:
+        return InputStream(self.spec, self.shape, self.dtype, self.device,
+                           base_seed=1000 * (self.seed + 1))
 
     def baseline(self, name: str) -> dict[str, Any]:
+        stream = self._stream()
         try:
-            thunk = _baseline(name, self.spec, self.inputs, self.params)
+            fn = _baseline_fn(name, self.spec, stream.slot(0).inputs, self.params)
         except Exception as exc:  # torch.compile without a working toolchain, etc.
             return {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"}
-        return _time(thunk, self.policy, self.device, self.flush)
+        thunk, before, _ = rotating_thunk(stream, lambda sl: functools.partial(fn, *sl.inputs),
+                                          None, self.flush)
+        return _time(thunk, self.policy, self.device, before)
 
-    def reference(self) -> Any:
-        """The float64 oracle at this shape, computed once for all contenders."""
-        if self._reference is None:
-            from strata.kernels.worker import oracle
+    def check(self, out: Any, inputs: list[Any]) -> str | None:
+        from strata.kernels.worker import oracle
 
-            self._reference = oracle(self.spec, self.inputs, self.params)
-        return self._reference
-
-    def check(self, out: Any) -> str | None:
         if out.numel() > CHECK_MAX_ELEMENTS:
             return None
-        failure = checks.compare(out, self.reference(), self.spec.tolerance(self.dtype))
+        ref = oracle(self.spec, inputs, self.params)
+        failure = checks.compare(out, ref, self.spec.tolerance(self.dtype))
         return f"{failure.reason}: {failure.message}" if failure else None
 
     def candidate(self, kernel: Any, untimed: str | None) -> dict[str, Any]:
-        from strata.kernels.worker import guarded_call, nan_out
+        from strata.kernels.worker import guarded_call
 
         if untimed:  # an interpreter: verified on small shapes, far too slow at real ones
             return {"untimed": untimed}
-        out = nan_out(self.spec, self.shape, self.dtype, self.device)
-        thunk = kernel.bind(out, self.inputs, self.params)
+        stream = self._stream()
+        first = stream.refresh()
         # The first call at a benchmarked shape runs under the verification guards too:
         # a kernel may cheat only at sizes the verifier never used.
-        failure = guarded_call(thunk, out, self.device, self.timers, watch=True)
+        failure = guarded_call(kernel.bind(first.out, first.inputs, self.params), first.out,
+                               self.device, self.timers, watch=True)
         if failure:
             return {"error": f"{failure.reason}: {failure.message}", "wrong": True}
-        wrong = self.check(out)
+        wrong = self.check(first.out, first.inputs)
         if wrong:
             return {"error": wrong, "wrong": True}
-        return _time(thunk, self.policy, self.device, self.flush)
-
-    def recheck(self, result: dict[str, Any], eager: dict[str, Any], kernel: Any) -> None:
-        """A > 10x win over eager is timed again, both sides, before it is believed."""
-        if "median_s" not in result or "median_s" not in eager:
-            return
-        if eager["median_s"] / result["median_s"] <= SUSPICIOUS_SPEEDUP:
-            return
-        again = self.candidate(kernel, None)
-        base = self.baseline("torch.eager")
-        result["recheck"] = {"candidate_median_s": again.get("median_s"),
-                             "eager_median_s": base.get("median_s")}
+        checker = TimedOutputChecker(self.spec, self.shape, self.dtype)
+        thunk, before, finish = rotating_thunk(
+            stream, lambda sl: kernel.bind(sl.out, sl.inputs, self.params), checker,
+            self.flush)
+        result = _time(thunk, self.policy, self.device, before)
+        finish()
+        if checker.failure:
+            return {"error": checker.failure, "wrong": True}
+        return {**result, "checked_calls": checker.checked, "calls": stream.calls}
 
 
 def run_bench(job: dict[str, Any]) -> dict[str, Any]:
+    """A "baselines" job (trusted: torch only) or a "candidates" job (kernels, confined).
+    They run in separate processes: a kernel can neither observe nor slow the baseline."""
     from strata.kernels.dialects import get_dialect
     from strata.kernels.guards import timer_identities
     from strata.kernels.worker import load_kernel
@@ -155,7 +160,7 @@ def run_bench(job: dict[str, Any]) -> dict[str, Any]:
     # warm: no flush, calls back to back as in a decode loop (caches, thread pools hot)
     flush = flusher(device, int(job["flush_bytes"])) if job.get("cache", "cold") == "cold" \
         else (lambda: None)
-    impls = [Implementation.from_job(j) for j in job["impls"]]
+    impls = [Implementation.from_job(j) for j in job.get("impls", [])]
     kernels: dict[str, Any] = {}
     errors: dict[str, str] = {}
     for impl in impls:
@@ -165,17 +170,16 @@ def run_bench(job: dict[str, Any]) -> dict[str, Any]:
             errors[impl.name] = f"{checks.BUILD_FAILED}: {str(exc)[:300]}"
     rows = []
     for shape in job["shapes"]:
-        sb = ShapeBench(spec, shape, dtype, device, policy, flush, timers)
+        sb = ShapeBench(spec, shape, dtype, device, policy, flush, timers,
+                        int(job.get("seed", 0)))
         row: dict[str, Any] = {"shape": shape, "results": {}}
-        for name in job["baselines"]:
+        for name in job.get("baselines", []):
             row["results"][name] = sb.baseline(name)
         for impl in impls:
             if impl.name in errors:
                 row["results"][impl.name] = {"error": errors[impl.name]}
                 continue
             untimed = get_dialect(impl.dialect).untimed_reason(device)
-            res = sb.candidate(kernels[impl.name], untimed)
-            sb.recheck(res, row["results"].get("torch.eager", {}), kernels[impl.name])
-            row["results"][impl.name] = res
+            row["results"][impl.name] = sb.candidate(kernels[impl.name], untimed)
         rows.append(row)
     return {"ok": True, "rows": rows}

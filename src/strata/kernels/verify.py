@@ -6,12 +6,13 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from strata.kernels import checks
 from strata.kernels.capability import HostCaps
 from strata.kernels.dialects import get_dialect
+from strata.kernels.dialects.base import KernelRefused
 from strata.kernels.impl import Implementation
 from strata.kernels.sandbox import SandboxPolicy, run_job
 from strata.store.kernels import KernelResult, latest_verification, save_kernel_results
@@ -34,6 +35,7 @@ class Verdict:
     cached: bool = False
     seconds: float | None = None
     max_rel_err: float | None = None
+    sandbox: str | None = None  # the worker's confinement level ("rlimits only" is loud)
 
     @property
     def passed(self) -> bool:
@@ -44,7 +46,7 @@ class Verdict:
                 "status": self.status, "device": self.device, "reason": self.reason,
                 "message": self.message, "details": self.details, "where": self.where,
                 "cases": self.cases, "cached": self.cached, "seconds": self.seconds,
-                "max_rel_err": self.max_rel_err}
+                "max_rel_err": self.max_rel_err, "sandbox": self.sandbox}
 
 
 def verify_dtypes(impl: Implementation, device: str) -> list[str]:
@@ -61,7 +63,8 @@ def _from_result(impl: Implementation, device: str, result: dict[str, Any],
                    reason=failure.get("reason"), message=failure.get("message", ""),
                    details=failure.get("details", []), where=result.get("where", ""),
                    cases=result.get("cases", 0), seconds=result.get("seconds"),
-                   max_rel_err=result.get("max_rel_err"))
+                   max_rel_err=result.get("max_rel_err"),
+                   sandbox=(result.get("sandbox") or {}).get("level"))
 
 
 def _from_stored(impl: Implementation, stored: KernelResult) -> Verdict:
@@ -127,14 +130,35 @@ def plan(impl: Implementation, ctx: VerifyContext) -> Verdict | Pending:
         ctx.conn, ctx.fingerprint, impl.op, impl.name, impl.content_hash(), device)
     if stored is not None:
         return _from_stored(impl, stored)
-    if compile_only:  # nvcc present, no GPU: a kernel that does not build never lands
-        return Pending(impl, device, {"mode": "compile", "impl": impl.to_job(),
-                                      "device": device},
-                       SandboxPolicy(timeout_s=max(ctx.policy.timeout_s, 300.0),
-                                     memory_bytes=None), COMPILED)
-    return Pending(impl, device, {"mode": "verify", "impl": impl.to_job(), "device": device,
+    # nvcc present, no GPU: the build and its import check are the whole verdict (a kernel
+    # that does not build, or links to what kernels may not, never lands)
+    return Pending(impl, device, {"mode": "verify", "device": device,
                                   "dtypes": verify_dtypes(impl, device),
-                                  "seeds": list(SEEDS)}, ctx.policy)
+                                  "seeds": list(SEEDS)}, ctx.policy,
+                   COMPILED if compile_only else PASS)
+
+
+def run_pending(pending: Pending, caps: HostCaps) -> dict[str, Any]:
+    """Build and check in this (trusted) process, then run the sandboxed job."""
+    from strata.native import CompileError
+
+    impl = pending.impl
+    try:
+        extra = get_dialect(impl.dialect).prepare(impl, caps)
+    except CompileError as exc:
+        return _failed(checks.BUILD_FAILED, str(exc)[:1500])
+    except KernelRefused as exc:
+        return _failed(exc.reason, f"refused before loading: {exc.findings[0]}",
+                       exc.findings)
+    if pending.ok_status == COMPILED:
+        return {"ok": True}
+    pending.impl = replace(impl, extra={**impl.extra, **extra})
+    return run_job({**pending.job, "impl": pending.impl.to_job()}, pending.policy)
+
+
+def _failed(reason: str, message: str, details: list[str] | None = None) -> dict[str, Any]:
+    return {"ok": False, "cases": 0,
+            "failure": checks.Failure(reason, message, details or []).to_dict()}
 
 
 def finish(pending: Pending, result: dict[str, Any], ctx: VerifyContext) -> Verdict:
@@ -162,7 +186,7 @@ def verify_many(impls: list[Implementation], ctx: VerifyContext, jobs: int = 1) 
         else:
             verdicts[i] = p
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        futures = {pool.submit(run_job, p.job, p.policy): i for i, p in pending.items()}
+        futures = {pool.submit(run_pending, p, ctx.caps): i for i, p in pending.items()}
         for n, fut in enumerate(as_completed(futures), 1):
             i = futures[fut]
             verdicts[i] = finish(pending[i], fut.result(), ctx)

@@ -17,7 +17,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from strata.kernels import checks, guards
+from strata.kernels import buffers, checks, confine, guards, threads
 from strata.kernels.checks import Failure
 from strata.kernels.impl import Implementation
 from strata.kernels.spec import KernelSpec, get_spec
@@ -70,18 +70,59 @@ def guarded_call(thunk: Any, out: Any, device: str, timers: dict[str, Any],
 
 
 def load_kernel(impl: Implementation, spec: KernelSpec, device: str) -> Any:
+    """Load a kernel; from here on the audit guard watches (untrusted jobs)."""
     from strata.kernels.dialects import get_dialect
 
-    return get_dialect(impl.dialect).load(impl, spec, device)
+    if AUDIT is None:
+        return get_dialect(impl.dialect).load(impl, spec, device)
+    AUDIT.arm()
+    if impl.dialect != "triton":
+        return get_dialect(impl.dialect).load(impl, spec, device)
+    AUDIT.python_kernel = True  # the module's top level is kernel code
+    try:
+        return _Watched(get_dialect(impl.dialect).load(impl, spec, device), AUDIT)
+    finally:
+        AUDIT.python_kernel = False
+
+
+class _Watched:
+    """A Python kernel whose calls run with the audit guard's native-code rule on."""
+
+    def __init__(self, kernel: Any, audit: confine.AuditGuard) -> None:
+        self.kernel, self.audit = kernel, audit
+
+    def bind(self, out: Any, inputs: list[Any], params: dict[str, Any]) -> Any:
+        audit = self.audit
+        audit.python_kernel = True
+        try:
+            inner = self.kernel.bind(out, inputs, params)
+        finally:
+            audit.python_kernel = False
+
+        def call() -> None:
+            audit.python_kernel = True
+            try:
+                inner()
+            finally:
+                audit.python_kernel = False
+
+        return call
 
 
 class Verifier:
-    """Runs every check of DESIGN §4 over dtypes x shapes x seeds; stops at the first failure."""
+    """Runs every check of DESIGN §4 over dtypes x shapes x seeds; stops at the first failure.
+
+    Each case calls the candidate three times on guarded buffers (canaries around every
+    input and the output): with the output pre-filled with NaN on the default thread count,
+    then with two of {zeros, random values, another input's correct answer} on one thread
+    and on an oversubscribed thread count. Every call must be right.
+    """
 
     def __init__(self, impl: Implementation, spec: KernelSpec, device: str,
                  timers: dict[str, Any]) -> None:
         self.impl, self.spec, self.device, self.timers = impl, spec, device, timers
         self.kernel = load_kernel(impl, spec, device)
+        self.threads = threads.ThreadControl.for_dialect(impl.dialect)
         self.cases = 0
         self.max_err = 0.0
 
@@ -91,30 +132,63 @@ class Verifier:
         return guarded_call(self.kernel.bind(out, inputs, params), out, self.device,
                             self.timers, watch)
 
+    def _calls(self, case: int) -> list[tuple[str, int | None]]:
+        """(output prefill, thread count) of the three calls of case number `case`."""
+        others = buffers.PREFILLS[1:]
+        return [("nan", None), (others[case % 3], 1),
+                (others[(case + 1) % 3], self.threads.oversubscribed())]
+
     def case(self, shape: dict[str, int], dtype: str, seed: int,
              previous: dict[str, Any]) -> Failure | None:
         spec = self.spec
-        inputs = spec.make_inputs(shape, dtype, seed, self.device)
-        before = [t.clone() for t in inputs]
+        raw = spec.make_inputs(shape, dtype, seed, self.device)
+        guarded = {name: buffers.guarded_copy(t) for name, t in zip(spec.inputs, raw,
+                                                                      strict=True)}
+        inputs = [g.view for g in guarded.values()]
         params = spec.params_for(shape)
-        first = nan_out(spec, shape, dtype, self.device)
-        failure = self.call(first, inputs, params, watch=True)
-        if failure:
-            return failure
-        ref = oracle(spec, inputs, params)
-        second = nan_out(spec, shape, dtype, self.device)
-        failure = self.call(second, inputs, params)
-        if failure:
-            return failure
-        tol = spec.tolerance(dtype)
         key = f"{dtype}:{sorted(shape.items())}"
-        failure = (checks.unchanged_inputs(before, inputs, spec.inputs)
-                   or self._stale(first, ref, previous.get(key))
+        earlier = previous.get(key)
+        ref: Any = None
+        outs: list[tuple[str, int | None, Any]] = []
+        for i, (fill, nthreads) in enumerate(self._calls(self.cases)):
+            out = buffers.guarded_copy(nan_out(spec, shape, dtype, self.device))
+            buffers.prefill(out.view, fill, earlier[1] if earlier else None)
+            with self.threads.limit(nthreads):
+                failure = self.call(out.view, inputs, params, watch=i == 0) or \
+                    buffers.check_canaries({**guarded, "the output": out})
+            if failure:
+                return failure
+            if ref is None:
+                ref = oracle(spec, inputs, params)
+            outs.append((fill, nthreads, out.view))
+        first = outs[0][2]
+        failure = (checks.unchanged_inputs(raw, inputs, spec.inputs)
+                   or self._stale(first, ref, earlier)
                    or checks.constant_output(first, ref)
-                   or checks.compare(first, ref, tol)
-                   or checks.runs_agree(first, second, tol, ref))
+                   or self._judge_calls(outs, ref, spec.tolerance(dtype)))
         previous[key] = (first.detach().cpu(), ref)
         self._track_error(first, ref)
+        return failure
+
+    def _judge_calls(self, outs: list[tuple[str, int | None, Any]], ref: Any,
+                     tol: Any) -> Failure | None:
+        """Each call against the reference, named by what differed between the calls."""
+        results = [(fill, n, checks.compare(out, ref, tol)) for fill, n, out in outs]
+        bad = [(fill, n, f) for fill, n, f in results if f is not None]
+        if not bad:
+            return checks.runs_agree(outs[0][2], outs[1][2], tol, ref) or \
+                checks.runs_agree(outs[0][2], outs[2][2], tol, ref)
+        fill, nthreads, failure = bad[0]
+        single_ok = any(n == 1 and f is None for _, n, f in results)
+        if single_ok and nthreads != 1 and self.threads.active:
+            team = nthreads or "the default number of"
+            return Failure(checks.DATA_RACE, f"right on 1 thread, wrong on {team} threads: "
+                           f"{failure.message}", failure.details)
+        if fill != "nan" and results[0][2] is None:
+            return Failure(checks.READS_OUTPUT, f"right when the output held NaN, wrong when "
+                           f"it held {fill.replace('_', ' ')}: the kernel depends on what "
+                           f"the output buffer held before the call ({failure.message})",
+                           failure.details)
         return failure
 
     @staticmethod
@@ -169,21 +243,53 @@ def run_verify(job: dict[str, Any]) -> dict[str, Any]:
     return verifier.run(shapes, job["dtypes"], job["seeds"])
 
 
-def run_compile(job: dict[str, Any]) -> dict[str, Any]:
-    from strata.kernels.dialects.cuda import compile_cuda
-
-    impl = Implementation.from_job(job["impl"])
-    try:
-        lib = compile_cuda(impl)
-        getattr(lib, impl.entry)
-    except Exception as exc:
-        return {"ok": False, "failure": Failure(checks.BUILD_FAILED, _one_line(exc)).to_dict()}
-    return {"ok": True}
-
-
 def _one_line(exc: BaseException) -> str:
     text = str(exc).strip() or type(exc).__name__
     return text if len(text) < 1500 else text[:1500] + "…"
+
+
+# The audit guard of this worker (None for trusted jobs); armed before kernel code loads.
+AUDIT: confine.AuditGuard | None = None
+
+
+def _confine(job: dict[str, Any]) -> dict[str, Any] | None:
+    """Confine this process before anything of the kernel's is loaded (untrusted jobs)."""
+    global AUDIT
+    if "confine" not in job:
+        return None
+    plan = confine.Plan.from_job(job["confine"])
+    applied = confine.confine(plan)
+    python_kernels = any(i.get("dialect") == "triton" for i in _job_impls(job))
+    AUDIT = confine.AuditGuard(plan.scratch, allow_spawn=plan.gpu,
+                               refuse_native=python_kernels and not plan.gpu).install()
+    return applied.to_dict()
+
+
+def _job_impls(job: dict[str, Any]) -> list[dict[str, Any]]:
+    return [job["impl"]] if "impl" in job else list(job.get("impls", []))
+
+
+def _prepare_harness(job: dict[str, Any]) -> None:
+    """Import what the harness needs before the audit guard is armed (imports of torch and
+    triton open files and probe libraries; none of that is the kernel's doing)."""
+    import torch  # noqa: F401
+
+    if any(i.get("dialect") == "triton" for i in _job_impls(job)):
+        try:
+            import triton
+            import triton.language  # noqa: F401
+        except ImportError:
+            pass
+
+
+def _violations(result: dict[str, Any]) -> dict[str, Any]:
+    """A recorded escape attempt fails the job, whatever the kernel did with the error."""
+    if AUDIT is None or not AUDIT.violations:
+        return result
+    failure = Failure(checks.SANDBOX_VIOLATION, f"the kernel tried to {AUDIT.violations[0]}; "
+                      "kernels may not touch files, processes or the network",
+                      AUDIT.violations[:checks.MAX_SHOWN])
+    return {**result, "ok": False, "failure": failure.to_dict()}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -194,15 +300,20 @@ def main(argv: list[str] | None = None) -> int:
     job = json.loads(path.read_text("utf-8"))
     path.unlink(missing_ok=True)  # the marker is not readable by the kernel from here on
     marker = job.pop("marker")
-    runners = {"verify": run_verify, "bench": run_bench, "compile": run_compile}
+    sandbox = _confine(job)
+    runners = {"verify": run_verify, "bench": run_bench}
     started = _CLOCK()
     try:
+        _prepare_harness(job)
         result = runners[job["mode"]](job)
     except Exception as exc:
         result = {"ok": False, "failure": Failure(checks.CRASHED, _one_line(exc),
                                                   traceback.format_exc().splitlines()[-5:])
                   .to_dict()}
+    result = _violations(result)
     result["seconds"] = _CLOCK() - started
+    if sandbox is not None:
+        result["sandbox"] = sandbox
     sys.stdout.write(f"\n{marker} {json.dumps(result)}\n")
     sys.stdout.flush()
     return 0

@@ -41,8 +41,18 @@ def emit(records: list[dict[str, Any]], fmt: str, columns: tuple[str, ...],
 VERIFY_COLUMNS = ("op", "impl", "device", "status", "reason", "message", "cases")
 
 
+def sandbox_caption(verdicts: list[Verdict]) -> str | None:
+    """How the workers were confined; loud where only resource limits held them."""
+    levels = sorted({v.sandbox for v in verdicts if v.sandbox})
+    if not levels:
+        return None
+    text = "sandbox: " + ", ".join(levels)
+    return f"[yellow]{text} (no OS-level isolation here)[/yellow]" \
+        if "rlimits only" in levels else text
+
+
 def verdict_table(verdicts: list[Verdict]) -> Table:
-    t = Table(title="Kernel verification")
+    t = Table(title="Kernel verification", caption=sandbox_caption(verdicts))
     for col in ("op", "impl", "device", "status", "cases", "max rel err", "detail"):
         t.add_column(col, overflow="fold", justify="right" if col in ("cases",) else "left")
     for v in verdicts:
@@ -113,22 +123,33 @@ def _speedup(x: float | None) -> str:
 
 # -- list --------------------------------------------------------------------------------------
 
-LIST_COLUMNS = ("op", "impl", "dialect", "requires", "available", "verified", "best_speedup",
-                "origin")
+LIST_COLUMNS = ("op", "impl", "dialect", "requires", "available", "verified", "speedup",
+                "speedup_low", "speedup_high", "origin")
 
 
 def list_table(records: list[dict[str, Any]]) -> Table:
     t = Table(title="Kernel implementations on this host")
     for col in ("op", "impl", "dialect", "requires", "available here", "verified",
-                "best x eager", "origin"):
+                "x eager (geomean, range)", "origin"):
         t.add_column(col, overflow="fold")
     last_op = None
     for r in records:
         op = r["op"] if r["op"] != last_op else ""
         last_op = r["op"]
         t.add_row(op, r["impl"], r["dialect"], r["requires"], r["available"],
-                  _styled(r["verified"]), _speedup(r["best_speedup"]), r["origin"])
+                  _styled(r["verified"]), _speed_cell(r), r["origin"])
     return t
+
+
+def _speed_cell(r: dict[str, Any]) -> str:
+    """The geometric mean dispatch uses, with the lowest and highest shape."""
+    if r.get("speed_problem"):
+        return "[red]disqualified[/red]"
+    if r.get("speedup") is None:
+        return "-"
+    spread = f" ({r['speedup_low']:.2f}-{r['speedup_high']:.2f})" \
+        if r.get("speedup_shapes", 0) > 1 else ""
+    return _speedup(r["speedup"]) + spread
 
 
 # -- explain -----------------------------------------------------------------------------------

@@ -52,6 +52,32 @@ class Dialect:
         assert self.loader is not None, f"dialect {self.name} cannot load kernels"
         return self.loader(impl, spec, device)
 
+    def prepare(self, impl: Any, caps: HostCaps) -> dict[str, str]:
+        """Parent-side work before a sandboxed job (trusted process, may run compilers):
+        build, check what the build links to, and return what the worker needs to load it
+        without running a tool (kept in `impl.extra`). Raises CompileError or
+        KernelRefused."""
+        return {}
+
+
+class KernelRefused(Exception):
+    """A built kernel that must not be loaded (elfcheck findings); reason is a checks code."""
+
+    def __init__(self, reason: str, findings: list[str]) -> None:
+        super().__init__(findings[0])
+        self.reason, self.findings = reason, findings
+
+
+def checked_library(lib: Path, dialect: str, flags: tuple[str, ...]) -> Path:
+    """`lib` if its ELF imports and load-time code are allowed, else KernelRefused."""
+    from strata.kernels.checks import FORBIDDEN_LINK
+    from strata.kernels.elfcheck import check_library
+
+    findings = check_library(lib, dialect, flags)
+    if findings:
+        raise KernelRefused(FORBIDDEN_LINK, findings)
+    return lib
+
 
 def abi_args(spec: Any, out: Any, inputs: list[Any], params: dict[str, Any]) -> list[Any]:
     """The C ABI's arguments (docs/kernels-abi.md): data pointers of out and the inputs,

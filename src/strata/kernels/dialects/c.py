@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import ctypes
 from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from strata.kernels.dialects.base import Dialect, abi_args
+from strata.kernels.capability import HostCaps
+from strata.kernels.dialects.base import Dialect, abi_args, checked_library
 from strata.native import DEFAULT_FLAGS, build_shared
 
 # Compiler flags that enable an ISA feature a variant declares (-march=native already covers
@@ -36,8 +39,17 @@ class CKernel:
         return call
 
 
+def build_c(impl: Any) -> Path:
+    """Compile (cached) and check what the library links to, before anything loads it."""
+    flags = flags_for(impl.requires.isa)
+    return checked_library(build_shared(impl.source, flags), "c", flags)
+
+
 def load_c(impl: Any, spec: Any, device: str) -> CKernel:
-    lib = ctypes.CDLL(str(build_shared(impl.source, flags_for(impl.requires.isa))))
+    # In a sandboxed worker the parent has built and checked the library (no compiler may
+    # run there); elsewhere (dispatch in the user's process) build and check it here.
+    built = impl.extra.get("library")
+    lib = ctypes.CDLL(built if built else str(build_c(impl)))
     try:
         fn = getattr(lib, impl.entry)
     except AttributeError:
@@ -46,6 +58,12 @@ def load_c(impl: Any, spec: Any, device: str) -> CKernel:
     return CKernel(fn, spec)
 
 
-DIALECT = Dialect(name="c", suffixes=(".c", ".cc", ".cpp"), default_device="cpu",
+@dataclass(frozen=True)
+class CDialect(Dialect):
+    def prepare(self, impl: Any, caps: HostCaps) -> dict[str, str]:
+        return {"library": str(build_c(impl))}
+
+
+DIALECT = CDialect(name="c", suffixes=(".c", ".cc", ".cpp"), default_device="cpu",
                   tools=("cc",), summary="C/C++ compiled at run time (cc -O3 -march=native)",
                   loader=load_c)

@@ -6,10 +6,11 @@ from __future__ import annotations
 import ctypes
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from strata.kernels.capability import HostCaps, Requires
-from strata.kernels.dialects.base import Dialect, abi_args
+from strata.kernels.dialects.base import Dialect, abi_args, checked_library
 from strata.native import build_cuda
 
 # Architectures compiled when no device says which one to target (a compile check).
@@ -45,15 +46,25 @@ class CudaKernel:
         return call
 
 
+def build_checked(impl: Any, device_arch: str | None = None) -> Path:
+    """nvcc build (cached) whose imports and constructors passed elfcheck."""
+    archs = archs_for(impl.requires, device_arch)
+    return checked_library(build_cuda(impl.source, archs), "cuda", archs)
+
+
 def compile_cuda(impl: Any, device_arch: str | None = None) -> ctypes.CDLL:
-    return ctypes.CDLL(str(build_cuda(impl.source, archs_for(impl.requires, device_arch))))
+    return ctypes.CDLL(str(build_checked(impl, device_arch)))
 
 
 def load_cuda(impl: Any, spec: Any, device: str) -> CudaKernel:
-    import torch
+    built = impl.extra.get("library")
+    if built:
+        lib = ctypes.CDLL(built)
+    else:
+        import torch
 
-    major, minor = torch.cuda.get_device_capability(device)
-    lib = compile_cuda(impl, f"sm_{major}{minor}")
+        major, minor = torch.cuda.get_device_capability(device)
+        lib = compile_cuda(impl, f"sm_{major}{minor}")
     fn = getattr(lib, impl.entry, None)
     if fn is None:
         raise LookupError(f"{impl.source.name} defines no function {impl.entry}")
@@ -65,6 +76,12 @@ def load_cuda(impl: Any, spec: Any, device: str) -> CudaKernel:
 class CudaDialect(Dialect):
     def compile_only(self, requires: Requires, caps: HostCaps) -> bool:
         return "nvcc" in caps.tools
+
+    def prepare(self, impl: Any, caps: HostCaps) -> dict[str, str]:
+        """Build for the GPU it will run on (or the check architectures without one)."""
+        dev = impl.requires.matching_device(caps)
+        arch = dev.arch if dev is not None and (dev.arch or "").startswith("sm_") else None
+        return {"library": str(build_checked(impl, arch))}
 
 
 DIALECT = CudaDialect(name="cuda", suffixes=(".cu",), default_device="cuda",
