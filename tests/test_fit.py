@@ -37,6 +37,7 @@ from strata.models.presets import get_preset
 from strata.models.source import resolve
 from strata.models.synthetic import SyntheticModel
 from strata.store.hosts import latest_measurement, load_host
+from strata.store.runs import StoredResult
 from tests.conftest import FIXTURES, home_db, run_cli
 
 FIT = FIXTURES / "fit"
@@ -379,6 +380,9 @@ def test_decode_prediction_uses_the_hosts_eta_and_is_close_to_bench(bench_home: 
                     if r["test"] == "tg16")
     report = fit_json(SMOLLM, "--ctx", "2048", home=bench_home)
     tg = next(p for p in report["predictions"] if p["test"] == "tg128")
+    if measured["host_busy"]:  # other processes used the CPUs meanwhile: left out, said so
+        assert tg["eta"]["n"] == 0 and "1 on a busy host" in tg["eta"]["basis"]
+        pytest.skip("the bench ran on a busy host: nothing to compare the prediction with")
     assert tg["kind"] == "prediction" and tg["eta"]["n"] == 1
     assert "1 past llamacpp decode result on cpu" in tg["eta"]["basis"]
     assert tg["eta"]["value"] == pytest.approx(measured["eta"])
@@ -410,13 +414,70 @@ def test_prior_eta_where_the_host_has_no_past_results(bench_home: Path) -> None:
 
 
 @pytest.mark.slow
-def test_cache_resident_results_do_not_set_the_decode_eta(bench_home: Path) -> None:
+def test_cache_resident_results_set_no_eta(bench_home: Path) -> None:
     conn = home_db(bench_home)
     fp = conn.execute("SELECT fingerprint FROM hosts").fetchone()[0]
     history = EtaHistory.from_db(conn, fp, "llamacpp", cache_bytes=10**12)  # everything "fits"
     assert ("cpu", "decode") not in history.values and history.cache_resident["cpu"] == 1
     assert history.eta("cpu", "decode").n == 0  # falls back to the prior, said so
-    assert history.values[("cpu", "prefill")]  # prefill η is not a bandwidth figure: kept
+    # a cache-resident model's tiny matmuls say nothing about a big model's prefill either
+    assert ("cpu", "prefill") not in history.values
+    assert history.excluded[("cpu", "prefill")] == {"cache-resident": 1}
+    assert "left out: 1 cache-resident" in history.eta("cpu", "prefill").basis
+
+
+# Recorded results of one host (explain and telemetry as bench stores them): a toy model
+# whose 1 MiB per token sat in the 32 MiB cache (prefill η 0.01), two 8B q4_0 runs on a
+# quiet host (η 0.58 and 0.64), and one 8B run while a compile used 60% of the CPUs.
+LLC = 32 << 20
+
+
+def _recorded(rid: int, model: str, pp_eta: float, tg_eta: float, bytes_per_token: float,
+              busy: bool | None) -> StoredResult:
+    load = ({"busy": busy, "busy_share": 0.6 if busy else 0.02} if busy is not None else None)
+    return StoredResult(model, "llamacpp", "pp512+tg128", 512, 128, 0, {}, {},
+                        {"device": "cpu", "prefill_eta": pp_eta, "decode_eta": tg_eta,
+                         "bytes_per_token": bytes_per_token},
+                        {"host_load": load} if load else {}, {}, run_id=rid, id=rid)
+
+
+RECORDED = [_recorded(1, "synthetic:tiny", 0.01, 2.5, 1 << 20, False),
+            _recorded(2, "llama-8b-q4_0.gguf", 0.58, 0.71, 4.6e9, False),
+            _recorded(3, "llama-8b-q4_0.gguf", 0.64, 0.75, 4.6e9, None),  # before the monitor
+            _recorded(4, "llama-8b-q4_0.gguf", 0.001, 0.02, 4.6e9, True)]
+
+
+def test_prefill_eta_leaves_out_cache_resident_and_busy_host_results() -> None:
+    history = EtaHistory.from_results(RECORDED, "llamacpp", LLC)
+    for phase, values in (("prefill", (0.58, 0.64)), ("decode", (0.71, 0.75))):
+        eta = history.eta("cpu", phase)
+        assert [s.result_id for s in eta.sources] == [2, 3]  # which results it rests on
+        assert (eta.low, eta.high, eta.n) == (*values, 2)
+        assert eta.value == pytest.approx(sum(values) / 2)
+        assert eta.spread == pytest.approx((values[1] - values[0]) / eta.value)
+        assert eta.left_out == ("1 cache-resident", "1 on a busy host")
+        assert "left out: 1 cache-resident, 1 on a busy host" in eta.basis
+
+
+def test_fit_shows_the_results_a_prediction_rests_on(strata_home: Path) -> None:
+    from strata.hardware.cpu import probe_cpu
+    from strata.hardware.profile import SoftwareStack
+    from strata.measure.roofline import DeviceRoofline, Figure
+    from strata.views.fit import prediction_lines
+
+    host = HostProfile("h", probe_cpu(), [], SoftwareStack("3", "Linux", "0"))
+    roof = Roofline([DeviceRoofline("cpu", "x", bandwidth={"triad": Figure(40.0, "m")},
+                                    compute={"fp32": Figure(100.0, "m"),
+                                             "int8": Figure(200.0, "m")})], 1.0)
+    report = fit_model(resolve("synthetic:smollm2-135m@q4_0"), host, FitOptions(ctx=1024),
+                       roof, EtaHistory.from_results(RECORDED, "llamacpp", LLC))
+    pp = next(p for p in report.predictions if p.phase == "prefill")
+    assert pp.low_tps == pytest.approx(pp.ceiling_tps * 0.58)  # the outlier sets no bound
+    text = "\n".join(line.plain for line in prediction_lines(report))
+    assert "η rests on: #2 llama-8b-q4_0.gguf pp512+tg128 η 0.58, #3" in text
+    assert "spread 10% of the median" in text
+    data = pp.to_dict()["eta"]
+    assert [s["result_id"] for s in data["sources"]] == [2, 3] and data["spread"] > 0
 
 
 def test_without_a_roofline_the_prediction_says_what_to_run(tmp_path: Path) -> None:

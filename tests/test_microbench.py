@@ -34,6 +34,10 @@ def test_quick_roofline_on_this_cpu(strata_home: Path) -> None:
         assert 0.1 < fig.value < 10_000  # GB/s: sane for any machine
         assert fig.median <= fig.value * 1.0001  # best >= median by construction
     assert "fp32" in cpu.compute and cpu.compute["fp32"].value > 0.1
+    for fig in [*cpu.bandwidth.values(), *cpu.compute.values()]:  # peaks are maxima
+        assert 2 <= len(fig.trials) <= 3 and fig.value == max(fig.trials)
+        assert fig.spread is not None and fig.stability
+    assert len(roof.host_load) == 1 and "busy" in roof.host_load[0]  # the load meanwhile
     assert cpu.ridge_point("fp32") == pytest.approx(
         cpu.compute["fp32"].value / cpu.peak_bandwidth_gbs())
     assert any("STREAM" in s for s in seen) and any("matmul" in s for s in seen)

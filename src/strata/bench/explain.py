@@ -2,8 +2,10 @@
 
 decode ceiling (t/s) = measured bandwidth / bytes read per decoded token
 prefill ceiling (t/s) = measured FLOP/s / FLOPs per prompt token
-η = achieved / ceiling. η < 0.4 is suspect (offload, wrong backend, throttling);
-η > 1.05 means our model of the bytes is wrong — reported, never hidden.
+η = achieved / ceiling. η < 0.4 is suspect (offload, wrong backend, throttling) — unless
+other processes were using the CPUs meanwhile (a busy host, issue 10 §1): then the verdict
+names the busy host first; η > 1.05 means our model of the bytes is wrong, or the stored
+peak is low (the runner re-measures it) — reported, never hidden.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from strata.bench.scenario import BenchTest
+from strata.hardware.telemetry.hostload import HostLoad
 from strata.measure.roofline import DeviceRoofline
 from strata.models.spec import ModelSpec
 
@@ -42,6 +45,8 @@ class Explanation:
     decode_eta: float | None = None
     prefill_eta: float | None = None
     bound: str | None = None  # "memory" or "compute" for the test's main phase
+    host_busy: str | None = None  # the busy-host verdict, when other processes were busy
+    cache_resident: bool = False  # bytes per token fit in the CPU's last-level cache
     verdict: list[str] = field(default_factory=list)
     basis: list[str] = field(default_factory=list)
 
@@ -59,8 +64,9 @@ def runtime_weight_bytes(spec: ModelSpec, runtime_dtype: str | None) -> float:
 
 def explain(spec: ModelSpec, test: BenchTest, roof: DeviceRoofline, kv_type: str,
             runtime_dtype: str | None, achieved: dict[str, float | None],
-            cache_bytes: int | None = None) -> Explanation:
-    """Ceilings and η for one test. `achieved` holds the measured mean t/s figures."""
+            cache_bytes: int | None = None, host_load: HostLoad | None = None) -> Explanation:
+    """Ceilings and η for one test. `achieved` holds the measured mean t/s figures;
+    `host_load` is what other processes used meanwhile (HostLoadMonitor)."""
     kv_per_elem = KV_BYTES.get(kv_type, 2.0)
     mid_ctx = test.depth + test.n_prompt + test.n_gen / 2  # average context while decoding
     weights = runtime_weight_bytes(spec, runtime_dtype)
@@ -77,8 +83,12 @@ def explain(spec: ModelSpec, test: BenchTest, roof: DeviceRoofline, kv_type: str
     _ceilings(ex)
     _etas(ex, achieved)
     ex.bound = _bound(ex, test)
+    if host_load is not None and host_load.busy:
+        ex.host_busy = host_load.verdict
     ex.verdict = _verdicts(ex)
-    if cache_bytes and ex.bytes_per_token < cache_bytes and roof.device == "cpu":
+    ex.cache_resident = bool(cache_bytes and ex.bytes_per_token < cache_bytes
+                             and roof.device == "cpu")
+    if ex.cache_resident and cache_bytes:
         ex.verdict.insert(0, f"the {ex.bytes_per_token / 2**20:.1f} MiB read per token fit in "
                           f"the {cache_bytes / 2**20:.0f} MiB last-level cache: DRAM bandwidth "
                           "does not bound this model, per-token overhead does")
@@ -131,6 +141,12 @@ def _verdicts(ex: Explanation) -> list[str]:
             out.append(f"{phase} η {eta:.2f} > {ETA_HIGH}: faster than the roofline allows — the "
                        "byte/FLOP model or the measured peak is wrong here (e.g. weights "
                        "served from cache, or a peak measured under load)")
+        elif eta < ETA_LOW and ex.host_busy:
+            # The busy host is the known cause: name it first; the model is not to blame
+            # until a run on a quiet host says so.
+            out.append(f"{phase} η {eta:.2f} < {ETA_LOW}: {ex.host_busy} — that alone pulls η "
+                       "down; re-run on a quiet host before suspecting partial offload, a slow "
+                       "backend path or throttling")
         elif eta < ETA_LOW:
             out.append(f"{phase} η {eta:.2f} < {ETA_LOW}: far below the roofline — suspect "
                        "partial offload, a slow backend path for this dtype, or throttling")

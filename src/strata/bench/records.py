@@ -32,6 +32,7 @@ def record(r: StoredResult) -> dict[str, Any]:
     lc = r.load_config
     ex = r.explain or {}
     verdict = (r.telemetry or {}).get("verdict", {})
+    load = (r.telemetry or {}).get("host_load") or {}
     kind = BenchTest(r.n_prompt, r.n_gen, r.n_depth).kind
     eta = ex.get("prefill_eta") if kind == "pp" else ex.get("decode_eta")
     return {
@@ -61,11 +62,30 @@ def record(r: StoredResult) -> dict[str, Any]:
         "bytes_per_token": ex.get("bytes_per_token"),
         "peak_rss_bytes": r.info.get("memory", {}).get("peak_proc.rss_bytes"),
         "throttled": verdict.get("throttled"),
+        # other processes' CPU use during the test (HostLoadMonitor); None: not recorded
+        "host_busy": load.get("busy"), "host_busy_share": load.get("busy_share"),
         "stop_reason": r.info.get("stop_reason"),
-        "notes": (r.info.get("notes", []) + ex.get("verdict", []) + _sustained_note(r)
-                  + _throttle_note(verdict)),
+        "notes": (_busy_note(load, ex) + r.info.get("notes", []) + ex.get("verdict", [])
+                  + _peak_notes(r) + _sustained_note(r) + _throttle_note(verdict)),
         "sustained": r.info.get("sustained"),
     }
+
+
+def _busy_note(load: dict[str, Any], ex: dict[str, Any]) -> list[str]:
+    """The busy-host verdict, unless explain's η verdict already leads with it."""
+    text = load.get("verdict")
+    if not load.get("busy") or not text:
+        return []
+    if any(text in v for v in ex.get("verdict", [])):
+        return []
+    return [f"{text} — these figures understate what this host does when quiet"]
+
+
+def _peak_notes(r: StoredResult) -> list[str]:
+    notes = [c["note"] for c in r.info.get("peak_checks", []) if c.get("note")]
+    if r.info.get("eta_recomputed"):
+        notes.append(f"η recomputed: {r.info['eta_recomputed']}")
+    return notes
 
 
 def _throttle_note(verdict: dict[str, Any]) -> list[str]:

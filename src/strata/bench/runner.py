@@ -1,5 +1,10 @@
 """Run a planned sweep: load each model once, warm up, repeat each test to its CI target,
 explain it against the roofline, and store it the moment it is finished.
+
+Every timed test runs under a HostLoadMonitor: a test during which other processes used
+the CPUs is flagged (telemetry["host_load"], the verdict names the busy host). A result
+that beats a stored roofline peak by > 5% re-measures that peak (PeakKeeper), and η of
+this run's results on that device is recomputed against the corrected peak.
 """
 
 from __future__ import annotations
@@ -14,10 +19,12 @@ from strata.backends import ACCEPTS, create
 from strata.backends.base import Backend, BackendUnavailable, RunRequest, RunTrace
 from strata.bench.explain import explain
 from strata.bench.metrics import RunMetrics, compute, generated
+from strata.bench.peaks import achieved_figures
 from strata.bench.plan import BenchConfig, Job, RepPolicy, plan
 from strata.bench.scenario import BenchTest
 from strata.bench.sustained import run_sustained, summarize_timeline
-from strata.hardware.telemetry import Sampler
+from strata.hardware.telemetry import HostLoad, HostLoadMonitor, Sampler
+from strata.measure.peakguard import PeakCheck, PeakKeeper
 from strata.measure.roofline import Roofline
 from strata.measure.stats import summarize
 from strata.models.source import ResolvedModel, resolve
@@ -45,14 +52,39 @@ def resolve_all(config: BenchConfig) -> dict[str, ResolvedModel]:
     return {ref: resolve(ref, config.model_name) for ref in config.models}
 
 
+@dataclass
+class _Explained:
+    """What re-explaining a finished result needs when a peak is corrected mid-run."""
+
+    result: StoredResult
+    model: ResolvedModel
+    job: Job
+    test: BenchTest
+    load: HostLoad
+
+
 class Runner:
+    """peaks: re-measures a peak a result beats (default: re-measure in memory only; pass a
+    PeakKeeper with `save` to store the corrected roofline). update(result): called for an
+    already stored result whose η was recomputed (e.g. to rewrite its row)."""
+
     def __init__(self, config: BenchConfig, roofline: Roofline | None,
                  store: Callable[[StoredResult], StoredResult], events: Events | None = None,
-                 cache_bytes: int | None = None):
+                 cache_bytes: int | None = None, peaks: PeakKeeper | None = None,
+                 update: Callable[[StoredResult], None] | None = None):
         self.config, self.roofline, self.store = config, roofline, store
         self.cache_bytes = cache_bytes  # last-level cache: below it DRAM is not the roof
         self.events = events or Events()
         self.rng = random.Random(config.seed)
+        if peaks is None and roofline is not None:
+            from strata.hardware.microbench import host_remeasure
+
+            peaks = PeakKeeper(roofline, host_remeasure())
+        self.peaks = peaks
+        if peaks is not None:
+            self.roofline = peaks.roofline  # one roofline object: corrections reach both
+        self.update = update or (lambda _r: None)
+        self._explained: list[_Explained] = []
 
     def run(self, models: dict[str, ResolvedModel]) -> Outcome:
         out = Outcome()
@@ -111,10 +143,10 @@ class Runner:
         runs: list[RunMetrics] = []
         counts: list[tuple[int, int, int | None, int | None]] = []
         notes: set[str] = set()
-        with Sampler(interval_s=0.25) as sampler:
+        with Sampler(interval_s=0.25) as sampler, HostLoadMonitor() as load:
             stop_reason = self._repeat(backend, job, test, policy, runs, counts, notes)
         return self._result(backend, job, model, test, runs, counts, notes, stop_reason,
-                            sampler)
+                            sampler, load.summary)
 
     def _repeat(self, backend: Backend, job: Job, test: BenchTest, policy: RepPolicy,
                 runs: list[RunMetrics], counts: list, notes: set[str]) -> str:
@@ -145,37 +177,73 @@ class Runner:
             self.events.rep_done(job, test, len(runs))
             return trace
 
-        with Sampler(interval_s=1.0) as sampler:
+        with Sampler(interval_s=1.0) as sampler, HostLoadMonitor() as load:
             timeline = run_sustained(step, seconds)
         report = summarize_timeline(timeline, seconds)
         tele = sampler.summary()
         report.throttled = tele.verdict.throttled
         report.evidence = list(tele.verdict.evidence)
         result = self._result(backend, job, model, test, runs, [(0, test.n_gen, None, None)],
-                              set(), f"sustained {seconds:g} s", sampler)
+                              set(), f"sustained {seconds:g} s", sampler, load.summary)
         result.test = f"sustained {test.name} {seconds:g}s"
         result.info["sustained"] = report.to_dict()
         return result
 
     def _result(self, backend: Backend, job: Job, model: ResolvedModel, test: BenchTest,
                 runs: list[RunMetrics], counts: list, notes: set[str], stop_reason: str,
-                sampler: Sampler) -> StoredResult:
+                sampler: Sampler, load: HostLoad) -> StoredResult:
         metrics = _summaries(runs)
         tele = sampler.summary()
+        telemetry = {**tele.to_dict(), "host_load": load.to_dict()}
         info = dict(backend.info())
         info.update(stop_reason=stop_reason, notes=sorted(notes), tokens=_token_counts(counts),
                     memory=_memory(tele.to_dict()),
                     energy_j_per_token=_energy_per_token(tele.to_dict(), runs, test),
                     model=_spec(model, job.backend).to_dict() if model.spec
                     else {"endpoint": model.endpoint})
-        ex = self._explain(model, job, test, info, metrics)
-        return StoredResult(model=job.model, backend=job.backend, test=test.name,
-                            n_prompt=test.n_prompt, n_gen=test.n_gen, n_depth=test.depth,
-                            load_config=asdict(job.load), metrics=metrics,
-                            explain=ex, telemetry=tele.to_dict(), info=info)
+        ex = self._explain(model, job, test, info, metrics, load)
+        result = StoredResult(model=job.model, backend=job.backend, test=test.name,
+                              n_prompt=test.n_prompt, n_gen=test.n_gen, n_depth=test.depth,
+                              load_config=asdict(job.load), metrics=metrics,
+                              explain=ex, telemetry=telemetry, info=info)
+        done = _Explained(result, model, job, test, load)
+        if ex is not None:
+            self._check_peaks(done)
+        self._explained.append(done)
+        return result
+
+    # -- peaks that a result beats -----------------------------------------------------
+    def _check_peaks(self, done: _Explained) -> None:
+        """Re-measure a peak this result beats by > 5%, then recompute η of this result and
+        of this run's earlier results on the same device against the corrected roofline."""
+        ex = done.result.explain or {}
+        if self.peaks is None or not ex.get("device"):
+            return
+        checks: list[PeakCheck] = []
+        for group, achieved in achieved_figures(ex, done.result.metrics):
+            check = self.peaks.check(ex["device"], group, achieved,
+                                     why=f"bench {done.job.model} {done.test.name}")
+            if check.exceeded:
+                checks.append(check)
+        if not checks:
+            return
+        done.result.info["peak_checks"] = [c.to_dict() for c in checks]
+        if not any(c.raised for c in checks):
+            return
+        for item in [*self._explained, done]:
+            item_ex = item.result.explain or {}
+            if item_ex.get("device") != ex["device"]:
+                continue
+            item.result.explain = self._explain(item.model, item.job, item.test,
+                                                item.result.info, item.result.metrics,
+                                                item.load)
+            if item is not done:
+                item.result.info["eta_recomputed"] = "; ".join(c.note for c in checks)
+                self.update(item.result)
 
     def _explain(self, model: ResolvedModel, job: Job, test: BenchTest, info: dict[str, Any],
-                 metrics: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
+                 metrics: dict[str, dict[str, Any]],
+                 load: HostLoad | None = None) -> dict[str, Any] | None:
         if model.spec is None:
             info["explain_absent"] = "endpoint: the weights' types are unknown to strata"
             return None
@@ -190,7 +258,8 @@ class Runner:
         # torch keeps K/V in the model's dtype; llama.cpp in the -ctk type
         kv = str(info.get("kv_dtype") or job.load.kv_type).removeprefix("torch.")
         spec = _spec(model, job.backend)
-        return explain(spec, test, roof, kv, runtime, achieved, self.cache_bytes).to_dict()
+        return explain(spec, test, roof, kv, runtime, achieved, self.cache_bytes,
+                       load).to_dict()
 
 
 def _spec(model: ResolvedModel, backend: str) -> Any:

@@ -1,8 +1,15 @@
-"""`strata probe`: probe, optionally measure, store, and hand back what to print."""
+"""`strata probe`: probe, optionally measure, store, and hand back what to print.
+
+`--measure` on a busy host (other processes using the CPUs, HostLoadMonitor) measures again,
+up to MEASURE_ATTEMPTS times, keeping each figure's best; when every attempt was busy the
+roofline is known to be low and is not stored unless `allow_busy` (--allow-busy) says so.
+"""
 
 from __future__ import annotations
 
 import sqlite3
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -11,8 +18,12 @@ from rich.console import Console
 from strata.hardware.microbench import measure_host
 from strata.hardware.probe import probe_host
 from strata.hardware.profile import HostProfile
+from strata.measure.peak import merge_roofline, trust_lines
 from strata.measure.roofline import Roofline
 from strata.store.hosts import latest_measurement, save_host, save_measurement
+
+MEASURE_ATTEMPTS = 3  # a busy host gets this many tries at a quiet moment
+BUSY_PAUSE_S = 5.0  # between tries: a burst of other work (a compile, an update) may end
 
 
 @dataclass
@@ -22,11 +33,14 @@ class ProbeResult:
     roofline: Roofline | None
     roofline_is_new: bool
     telemetry: dict[str, Any] | None = None
+    refused: str | None = None  # why a measured roofline was not stored (a busy host)
 
     def to_dict(self) -> dict[str, Any]:
         return {"fingerprint": self.fingerprint, "profile": self.profile.to_dict(),
                 "roofline": self.roofline.to_dict() if self.roofline else None,
-                "roofline_measured_now": self.roofline_is_new, "telemetry": self.telemetry}
+                "roofline_measured_now": self.roofline_is_new,
+                "roofline_stored": self.roofline_is_new and self.refused is None,
+                "roofline_refused": self.refused, "telemetry": self.telemetry}
 
     def render(self, console: Console) -> None:
         from strata.views.probe import render_profile, render_roofline
@@ -36,21 +50,57 @@ class ProbeResult:
             console.print("[dim]no roofline stored for this host: run `strata probe --measure`"
                           "[/dim]")
             return
-        if not self.roofline_is_new:
+        if self.refused:
+            console.print("[yellow]measured on a busy host and NOT stored:[/yellow]")
+        elif not self.roofline_is_new:
             console.print("[dim]stored roofline for this host (re-measure with --measure):"
                           "[/dim]")
         render_roofline(console, self.roofline)
+        for line in trust_lines(self.roofline):
+            console.print(line, highlight=False, markup=False)
+
+
+Measure = Callable[[Callable[[str], None]], Roofline]
+
+
+def measure_until_quiet(measure: Measure, say: Callable[[str], None],
+                        attempts: int = MEASURE_ATTEMPTS,
+                        pause_s: float = BUSY_PAUSE_S) -> Roofline:
+    """Measure; while the host was busy, wait and measure again (up to `attempts`), each
+    figure the best over the attempts. Roofline.measured_busy: no attempt was quiet."""
+    roof = measure(say)
+    for attempt in range(2, attempts + 1):
+        if not roof.measured_busy:
+            break
+        say(f"{roof.host_load[-1]['verdict']}: measuring again ({attempt} of {attempts})")
+        time.sleep(pause_s)
+        roof = merge_roofline(roof, measure(say), "best over attempts on a busy host")
+    return roof
+
+
+def busy_refusal(roof: Roofline) -> str:
+    load = roof.host_load[-1] if roof.host_load else {}
+    share = max((h.get("busy_share") or 0.0) for h in roof.host_load) if roof.host_load else 0
+    return (f"roofline not stored: the host was busy in all {len(roof.host_load)} attempts "
+            f"(other processes used up to {share:.0%} of the CPUs; last: "
+            f"{load.get('verdict', '?')}), so these peaks are known to be low and would "
+            "understate every ceiling. Re-run `strata probe --measure` on a quiet host, or add "
+            "--allow-busy to store them flagged as measured on a busy host")
 
 
 def run_probe(conn: sqlite3.Connection, measure: bool, smoke: bool, smoke_timeout_s: float,
-              console: Console) -> ProbeResult:
+              console: Console, allow_busy: bool = False) -> ProbeResult:
     with console.status("probing…") as status:
         profile = probe_host(smoke=smoke, smoke_timeout_s=smoke_timeout_s,
                              progress=lambda m: status.update(f"probing: {m}"))
         fingerprint = save_host(conn, profile)
         if measure:
-            roofline = measure_host(profile,
-                                    progress=lambda m: status.update(f"measuring: {m}"))
+            roofline = measure_until_quiet(
+                lambda say: measure_host(profile, progress=say),
+                lambda m: status.update(f"measuring: {m}"))
+            if roofline.measured_busy and not allow_busy:
+                return ProbeResult(profile, fingerprint, roofline, True,
+                                   refused=busy_refusal(roofline))
             save_measurement(conn, fingerprint, "roofline", roofline.to_dict())
             return ProbeResult(profile, fingerprint, roofline, True)
     stored = latest_measurement(conn, fingerprint, "roofline")

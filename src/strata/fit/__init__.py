@@ -11,8 +11,8 @@ Public API:
 from __future__ import annotations
 
 from strata.fit.plan import FitOptions, FitReport, QuantWeights, fit_model
-from strata.fit.predict import Eta, EtaHistory, Prediction
+from strata.fit.predict import Eta, EtaHistory, EtaSource, Prediction
 from strata.fit.verdict import FITS, NO, PARTIAL, UNKNOWN, DeviceFit
 
-__all__ = ["FITS", "NO", "PARTIAL", "UNKNOWN", "DeviceFit", "Eta", "EtaHistory", "FitOptions",
-           "FitReport", "Prediction", "QuantWeights", "fit_model"]
+__all__ = ["FITS", "NO", "PARTIAL", "UNKNOWN", "DeviceFit", "Eta", "EtaHistory", "EtaSource",
+           "FitOptions", "FitReport", "Prediction", "QuantWeights", "fit_model"]

@@ -2,7 +2,10 @@
 
 The ceilings come from strata.bench.explain (the same bytes and FLOPs per token that explain
 every bench result); η is the median of this host's own past bench results for the backend on
-that device, else a stated prior. Every figure is a prediction and carries its basis.
+that device, else a stated prior. Results that cannot inform another model's speed are left
+out, and counted: cache-resident ones (per-token overhead, not the roofline) and ones
+measured while other processes kept the host busy. Every figure is a prediction and carries
+its basis: the results it rests on (Eta.sources) and their spread.
 """
 
 from __future__ import annotations
@@ -24,12 +27,56 @@ PREFILL_TOKENS, DECODE_TOKENS = 512, 128  # bench's defaults (-p 512 -n 128)
 
 
 @dataclass(frozen=True)
+class EtaSource:
+    """One stored bench result an η rests on."""
+
+    result_id: int
+    run_id: int
+    model: str
+    test: str
+    eta: float
+
+
+@dataclass(frozen=True)
 class Eta:
     value: float
     low: float
     high: float
     n: int  # past results it comes from; 0 = the prior
     basis: str
+    sources: tuple[EtaSource, ...] = ()  # the results themselves (empty for the prior)
+    left_out: tuple[str, ...] = ()  # "2 cache-resident", "1 on a busy host"
+
+    @property
+    def spread(self) -> float | None:
+        """(high - low) / value across the sources; None with fewer than two."""
+        return (self.high - self.low) / self.value if self.n >= 2 and self.value else None
+
+
+# Why a past result cannot inform a prediction for another model on this host.
+CACHE_RESIDENT = "cache-resident"
+BUSY_HOST = "on a busy host"
+
+
+def _exclusion(r: StoredResult, ex: dict[str, Any], device: str,
+               cache_bytes: int | None) -> str | None:
+    """A result whose η says nothing about a model that streams from DRAM on a quiet host:
+    - cache-resident: the bytes read per token sat in the CPU's last-level cache, so η
+      measured per-token overhead — for decode and prefill alike, a toy model's tiny
+      matmuls say nothing about an 8B model's;
+    - busy host: other processes used the CPUs during the test (HostLoadMonitor)."""
+    if _cache_resident(ex, device, cache_bytes):
+        return CACHE_RESIDENT
+    if ((r.telemetry or {}).get("host_load") or {}).get("busy"):
+        return BUSY_HOST
+    return None
+
+
+def _cache_resident(ex: dict[str, Any], device: str, cache_bytes: int | None) -> bool:
+    if ex.get("cache_resident"):  # explain's own flag, where the result stored it
+        return True
+    per_token = ex.get("bytes_per_token")
+    return bool(device == "cpu" and cache_bytes and per_token and per_token < cache_bytes)
 
 
 @dataclass
@@ -37,8 +84,15 @@ class EtaHistory:
     """η of this host's stored bench results for one backend, per (device, phase)."""
 
     backend: str
-    values: dict[tuple[str, str], list[float]] = field(default_factory=dict)
-    cache_resident: dict[str, int] = field(default_factory=dict)  # device -> results left out
+    values: dict[tuple[str, str], list[EtaSource]] = field(default_factory=dict)
+    # (device, phase) -> reason -> results left out
+    excluded: dict[tuple[str, str], dict[str, int]] = field(default_factory=dict)
+
+    @property
+    def cache_resident(self) -> dict[str, int]:
+        """device -> decode results left out as cache-resident."""
+        return {d: reasons[CACHE_RESIDENT] for (d, phase), reasons in self.excluded.items()
+                if phase == "decode" and reasons.get(CACHE_RESIDENT)}
 
     @classmethod
     def from_results(cls, results: list[StoredResult], backend: str,
@@ -49,16 +103,17 @@ class EtaHistory:
             device = ex.get("device")
             if r.backend != backend or not device:
                 continue
+            why = _exclusion(r, ex, device, cache_bytes)
             for phase, key in PHASE_KEY.items():
                 value = ex.get(key)
                 if value is None:
                     continue
-                if phase == "decode" and _cache_resident(ex, device, cache_bytes):
-                    # the bytes read per token sat in the CPU's last-level cache: that η
-                    # measures per-token overhead, not DRAM efficiency
-                    hist.cache_resident[device] = hist.cache_resident.get(device, 0) + 1
+                if why:
+                    reasons = hist.excluded.setdefault((device, phase), {})
+                    reasons[why] = reasons.get(why, 0) + 1
                     continue
-                hist.values.setdefault((device, phase), []).append(float(value))
+                hist.values.setdefault((device, phase), []).append(
+                    EtaSource(r.id, r.run_id, r.model, r.test, float(value)))
         return hist
 
     @classmethod
@@ -68,23 +123,24 @@ class EtaHistory:
         return cls.from_results(results, backend, cache_bytes)
 
     def eta(self, device: str, phase: str) -> Eta:
-        past = self.values.get((device, phase), [])
-        if not past:
+        sources = tuple(self.values.get((device, phase), []))
+        left_out = tuple(f"{n} {why}" for why, n in
+                         self.excluded.get((device, phase), {}).items())
+        skipped = f"; left out: {', '.join(left_out)}" if left_out else ""
+        if not sources:
             return Eta(PRIOR_ETA, PRIOR_LOW, PRIOR_HIGH, 0,
                        f"prior η {PRIOR_ETA} (spread {PRIOR_LOW}-{PRIOR_HIGH}): no past "
-                       f"{self.backend} {phase} results on {device} of this host")
+                       f"{self.backend} {phase} results on {device} of this host that can "
+                       f"inform it{skipped}", left_out=left_out)
+        past = [s.eta for s in sources]
         where = f"past {self.backend} {phase} result{'s' if len(past) > 1 else ''} on {device}"
         if len(past) == 1:
-            return Eta(past[0], past[0], past[0], 1, f"η of 1 {where} of this host (one result: "
-                                                     "no spread known)")
+            return Eta(past[0], past[0], past[0], 1,
+                       f"η of 1 {where} of this host (one result: no spread known){skipped}",
+                       sources, left_out)
         return Eta(statistics.median(past), min(past), max(past), len(past),
                    f"median η of {len(past)} {where} of this host "
-                   f"(range {min(past):.2f}-{max(past):.2f})")
-
-
-def _cache_resident(ex: dict[str, Any], device: str, cache_bytes: int | None) -> bool:
-    per_token = ex.get("bytes_per_token")
-    return bool(device == "cpu" and cache_bytes and per_token and per_token < cache_bytes)
+                   f"(range {min(past):.2f}-{max(past):.2f}){skipped}", sources, left_out)
 
 
 @dataclass
@@ -99,7 +155,9 @@ class Prediction:
     high_tps: float
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "kind": "prediction"}
+        out = {**asdict(self), "kind": "prediction"}
+        out["eta"]["spread"] = self.eta.spread
+        return out
 
 
 def tests_for(ctx: int) -> list[BenchTest]:

@@ -5,6 +5,17 @@ the workers); without a compiler it falls back to multithreaded torch ops and sa
 Matmul throughput uses torch.matmul (the vendor BLAS/oneDNN/cuBLAS path) at sizes that
 saturate the device. GPUs get device-to-device copy timed with events and pinned
 host<->device transfers. Every timing goes through strata.measure.timer.
+
+Peaks are maxima: every figure is the best of several trials, repeated until the best two
+agree (strata.measure.peak), with the trials and their spread stored next to it. The whole
+measurement runs under a HostLoadMonitor, so a roofline measured while other processes
+were busy says so (Roofline.host_load, Roofline.measured_busy).
+
+Public API:
+  measure_host(profile, config, progress) -> Roofline        everything, once
+  measure_group(profile, device, group, config) -> {name: Figure}
+      one group again: group "bandwidth" (every stream/copy figure of the device) or a
+      compute dtype ("fp32", "bf16", "fp16", "int8"); what a re-measure calls
 """
 
 from __future__ import annotations
@@ -13,12 +24,14 @@ import ctypes
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from strata.hardware.profile import CpuInfo, GpuInfo, HostProfile
 from strata.hardware.specs import cpu_peak_compute, gpu_peak_bandwidth, gpu_peak_compute
+from strata.hardware.telemetry.hostload import HostLoadMonitor
+from strata.measure.peak import StabilityRule, best_of_trials
 from strata.measure.roofline import DeviceRoofline, Figure, Roofline
 from strata.measure.timer import CudaEventClock, HostClock, TimingPolicy, time_calls
 
@@ -38,17 +51,21 @@ TORCH_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "int8"
 
 @dataclass
 class MeasureConfig:
-    bandwidth_policy: TimingPolicy
+    bandwidth_policy: TimingPolicy  # one trial of one figure
     matmul_policy: TimingPolicy
     min_array_bytes: int = 64 << 20
     matmul_target_s: float = 0.05  # grow the matrix until one call takes this long
     cpu_matmul_max_n: int = 4096
     gpu_matmul_max_n: int = 8192
+    # best of trials until the best two agree
+    trials: StabilityRule = field(default_factory=StabilityRule)
 
     @classmethod
     def default(cls) -> MeasureConfig:
-        return cls(TimingPolicy(warmup_s=0.05, min_reps=5, max_reps=20, max_time_s=1.0),
-                   TimingPolicy(warmup_s=0.1, min_reps=3, max_reps=20, max_time_s=1.5))
+        # Shorter trials than one long run: three short looks at the peak find it more
+        # reliably than one long one that a burst of other work can drag down.
+        return cls(TimingPolicy(warmup_s=0.05, min_reps=3, max_reps=10, max_time_s=0.4),
+                   TimingPolicy(warmup_s=0.1, min_reps=3, max_reps=10, max_time_s=0.6))
 
     @classmethod
     def quick(cls) -> MeasureConfig:
@@ -56,23 +73,53 @@ class MeasureConfig:
         return cls(TimingPolicy(warmup_s=0.0, min_reps=2, max_reps=3, max_time_s=0.2),
                    TimingPolicy(warmup_s=0.0, min_reps=2, max_reps=3, max_time_s=0.2),
                    min_array_bytes=8 << 20, matmul_target_s=0.005, cpu_matmul_max_n=256,
-                   gpu_matmul_max_n=1024)
+                   gpu_matmul_max_n=1024,
+                   trials=StabilityRule(min_trials=2, max_trials=3, agree_rel=0.5,
+                                        max_time_s=1.0))
 
 
 def measure_host(profile: HostProfile, config: MeasureConfig | None = None,
                  progress: Progress | None = None) -> Roofline:
+    """Every device's roofline, each figure the best of stable trials; the host load while
+    it ran is recorded with it (Roofline.host_load)."""
     config = config or MeasureConfig.default()
     say = progress or (lambda _msg: None)
     t0 = time.perf_counter()
-    devices = [measure_cpu(profile.cpu, config, say)]
     unknown: dict[str, str] = {}
-    for gpu in profile.gpus:
-        measure = GPU_MEASURES.get(gpu.backend)
-        if measure is None:
-            unknown[gpu.key] = f"no measurement path for backend {gpu.backend} yet"
-            continue
-        devices.append(measure(gpu, config, say))
-    return Roofline(devices=devices, seconds=time.perf_counter() - t0, unknown=unknown)
+    with HostLoadMonitor() as load:
+        devices = [measure_cpu(profile.cpu, config, say)]
+        for gpu in profile.gpus:
+            measure = GPU_MEASURES.get(gpu.backend)
+            if measure is None:
+                unknown[gpu.key] = f"no measurement path for backend {gpu.backend} yet"
+                continue
+            devices.append(measure(gpu, config, say))
+    return Roofline(devices=devices, seconds=time.perf_counter() - t0, unknown=unknown,
+                    host_load=[load.summary.to_dict()])
+
+
+def measure_group(profile: HostProfile, device: str, group: str,
+                  config: MeasureConfig | None = None) -> dict[str, Figure]:
+    """One group of figures of one device, measured again with the same stability rule.
+
+    group: "bandwidth" or a compute dtype. Raises ValueError for a device or group this
+    host cannot measure (a re-measure then keeps the stored figure)."""
+    config = config or MeasureConfig.default()
+    if device == "cpu":
+        if group == "bandwidth":
+            return measure_cpu_bandwidth(profile.cpu, config)[0]
+        import torch
+
+        return {group: measure_matmul(torch, group, "cpu", config.cpu_matmul_max_n, config)}
+    gpu = next((g for g in profile.gpus if g.key == device), None)
+    if gpu is None or gpu.backend not in GPU_MEASURES:
+        raise ValueError(f"no measurement path for {device} on this host")
+    import torch
+
+    clock = CudaEventClock(torch, device)
+    if group == "bandwidth":
+        return _gpu_bandwidth(torch, device, config, clock)
+    return {group: measure_matmul(torch, group, device, config.gpu_matmul_max_n, config, clock)}
 
 
 # ---------------------------------------------------------------- CPU bandwidth (STREAM)
@@ -115,8 +162,9 @@ def _c_stream(lib: ctypes.CDLL, n: int, config: MeasureConfig) -> dict[str, Figu
         "read": (lambda: lib.strata_read(pa, ctypes.c_long(n)), 1),
     }
     desc = f"C STREAM, {threads} threads, {n * 8 >> 20} MiB arrays"
-    return {name: _rate(fn, arrays * n * 8, config.bandwidth_policy, f"{desc} ({name})")
-            for name, (fn, arrays) in kernels.items()}
+    return best_of_trials(
+        lambda: {name: _rate(fn, arrays * n * 8, config.bandwidth_policy, f"{desc} ({name})")
+                 for name, (fn, arrays) in kernels.items()}, config.trials)
 
 
 def _rate(fn: Callable[[], object], nbytes: float, policy: TimingPolicy, method: str,
@@ -124,7 +172,7 @@ def _rate(fn: Callable[[], object], nbytes: float, policy: TimingPolicy, method:
     """GB/s (or GFLOP/s when nbytes is a FLOP count) from the best and the median time."""
     s = time_calls(fn, policy, clock=clock)
     return Figure(value=nbytes / s.min / 1e9, median=nbytes / s.median / 1e9,
-                  method=f"{method}, best of {s.n}")
+                  method=f"{method}, best of {s.n} calls")
 
 
 def _torch_bandwidth(n: int, config: MeasureConfig) -> dict[str, Figure]:
@@ -132,12 +180,13 @@ def _torch_bandwidth(n: int, config: MeasureConfig) -> dict[str, Figure]:
 
     a, b, c = (torch.ones(n, dtype=torch.float64) for _ in range(3))  # parallel fill
     desc = f"torch ops, {torch.get_num_threads()} threads, {n * 8 >> 20} MiB arrays"
-    return {
-        "copy": _rate(lambda: c.copy_(a), 2 * n * 8, config.bandwidth_policy, f"{desc} (copy)"),
-        "triad": _rate(lambda: torch.add(b, c, alpha=3.0, out=a), 3 * n * 8,
-                       config.bandwidth_policy, f"{desc} (triad)"),
-        "read": _rate(lambda: a.sum(), n * 8, config.bandwidth_policy, f"{desc} (read)"),
-    }
+    policy = config.bandwidth_policy
+    return best_of_trials(lambda: {
+        "copy": _rate(lambda: c.copy_(a), 2 * n * 8, policy, f"{desc} (copy)"),
+        "triad": _rate(lambda: torch.add(b, c, alpha=3.0, out=a), 3 * n * 8, policy,
+                       f"{desc} (triad)"),
+        "read": _rate(lambda: a.sum(), n * 8, policy, f"{desc} (read)"),
+    }, config.trials)
 
 
 # ---------------------------------------------------------------- matmul throughput
@@ -165,8 +214,9 @@ def measure_matmul(torch: Any, dtype: str, device: str, max_n: int, config: Meas
         n *= 2
     fn = _matmul_fn(torch, dtype, n, device)
     unit = "GOP/s" if dtype == "int8" else "GFLOP/s"
-    return _rate(fn, 2 * n**3, config.matmul_policy,
-                 f"torch.matmul {dtype} {n}x{n}x{n} on {device} ({unit})", clock)
+    method = f"torch.matmul {dtype} {n}x{n}x{n} on {device} ({unit})"
+    return best_of_trials(lambda: {dtype: _rate(fn, 2 * n**3, config.matmul_policy, method,
+                                                clock)}, config.trials)[dtype]
 
 
 def measure_cpu_matmul(cpu: CpuInfo, config: MeasureConfig,
@@ -254,14 +304,14 @@ def _gpu_bandwidth(torch: Any, device: str, config: MeasureConfig,
     pinned = torch.empty(host_n, dtype=torch.float32).pin_memory()
     dev_buf = torch.empty(host_n, dtype=torch.float32, device=device)
     policy = config.bandwidth_policy
-    return {
+    return best_of_trials(lambda: {
         "copy": _rate(lambda: dst.copy_(src), 2 * n * 4, policy, f"{device} d2d copy 1 GiB",
                       clock),
         "h2d": _rate(lambda: dev_buf.copy_(pinned, non_blocking=True), host_n * 4, policy,
                      "pinned host->device 256 MiB", HostClock(torch.cuda.synchronize)),
         "d2h": _rate(lambda: pinned.copy_(dev_buf, non_blocking=True), host_n * 4, policy,
                      "device->pinned host 256 MiB", HostClock(torch.cuda.synchronize)),
-    }
+    }, config.trials)
 
 
 # backend -> measurement; ROCm builds of torch expose AMD GPUs through torch.cuda too.
@@ -269,3 +319,19 @@ GPU_MEASURES: dict[str, Callable[[GpuInfo, MeasureConfig, Progress], DeviceRoofl
     "cuda": measure_cuda,
     "rocm": measure_cuda,
 }
+
+
+def host_remeasure(profile: HostProfile | None = None,
+                   config: MeasureConfig | None = None) -> Callable[[str, str], dict[str, Figure]]:
+    """A `remeasure(device, group)` for strata.measure.peakguard.PeakKeeper; probes the host
+    (no smoke test) the first time it is needed when no profile is given."""
+    held: list[HostProfile] = [profile] if profile is not None else []
+
+    def remeasure(device: str, group: str) -> dict[str, Figure]:
+        if not held:
+            from strata.hardware.probe import probe_host
+
+            held.append(probe_host(smoke=False))
+        return measure_group(held[0], device, group, config)
+
+    return remeasure

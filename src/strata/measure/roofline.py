@@ -17,6 +17,10 @@ class Figure:
     value: float  # GB/s for bandwidth, GFLOP/s (GOP/s for int8) for compute
     method: str  # "C STREAM triad, 2 threads, 3 x 128 MiB arrays, best of 12"
     median: float | None = None  # same unit as value, from the median time
+    # Peaks are maxima (strata.measure.peak): value is the best of these trials.
+    trials: list[float] = field(default_factory=list)
+    spread: float | None = None  # (best - worst) / best over the trials
+    stability: str | None = None  # "stable: best two of 4 trials within 1.2%" or "NOT stable…"
 
 
 @dataclass
@@ -68,12 +72,21 @@ class Roofline:
     devices: list[DeviceRoofline]
     seconds: float  # wall time of the whole measurement
     unknown: dict[str, str] = field(default_factory=dict)
+    # HostLoad.to_dict() of each measurement attempt (other processes' CPU use meanwhile)
+    host_load: list[dict[str, Any]] = field(default_factory=list)
+    remeasured: list[str] = field(default_factory=list)  # what raised a figure later, and why
+
+    @property
+    def measured_busy(self) -> bool:
+        """Every attempt ran while other processes were busy: the figures may be low."""
+        return bool(self.host_load) and all(h.get("busy") for h in self.host_load)
 
     def device(self, name: str) -> DeviceRoofline | None:
         return next((d for d in self.devices if d.device == name), None)
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
+        out["measured_busy"] = self.measured_busy
         for dev, raw in zip(self.devices, out["devices"], strict=True):
             raw["peak_bandwidth_gbs"] = dev.peak_bandwidth_gbs()
             raw["ridge_points"] = {d: dev.ridge_point(d) for d in dev.compute}
@@ -82,7 +95,8 @@ class Roofline:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Roofline:
         return cls(devices=[_device(d) for d in data["devices"]], seconds=data["seconds"],
-                   unknown=data.get("unknown", {}))
+                   unknown=data.get("unknown", {}), host_load=data.get("host_load", []),
+                   remeasured=data.get("remeasured", []))
 
 
 def _device(d: dict[str, Any]) -> DeviceRoofline:

@@ -70,6 +70,18 @@ def _lines(items: list[str]) -> Raw | None:
     return Raw("<br>".join(esc(i) for i in items)) if items else None
 
 
+def _eta_basis(eta: dict[str, Any]) -> str | None:
+    """The η's basis and the stored results it rests on (result ids, as `strata history`)."""
+    basis = eta.get("basis")
+    sources = eta.get("sources") or []
+    if not basis or not sources:
+        return basis
+    named = ", ".join(f"#{s.get('result_id')} {s.get('model')} {s.get('test')} "
+                      f"η {s.get('eta', 0):.2f}" for s in sources[:6])
+    more = f" and {len(sources) - 6} more" if len(sources) > 6 else ""
+    return f"{basis}; rests on {named}{more}"
+
+
 def _predicted(plan: dict[str, Any], device: str) -> tuple[Raw | None, Raw | None]:
     """One line per predicted test on the device ('tg128 41.5 (30.0-48.0)'), and the basis
     of each distinct η used."""
@@ -80,7 +92,7 @@ def _predicted(plan: dict[str, Any], device: str) -> tuple[Raw | None, Raw | Non
         spread = (f" ({p['low_tps']:,.1f}-{p['high_tps']:,.1f})"
                   if p.get("low_tps") is not None and p.get("high_tps") is not None else "")
         lines.append(f"{p.get('test', '?')}: {p['tps']:,.1f}{spread}")
-        basis = (p.get("eta") or {}).get("basis")
+        basis = _eta_basis(p.get("eta") or {})
         if basis and basis not in bases:
             bases.append(basis)
     return _lines(lines), Raw(f'<span class="small">{_lines(bases)}</span>') if bases else None

@@ -7,6 +7,7 @@ never disagree about a number.
 from __future__ import annotations
 
 from strata.hardware.profile import CpuInfo, GpuInfo, HostProfile, SoftwareStack, SupportVerdict
+from strata.measure.peak import trust_lines
 from strata.measure.roofline import Roofline
 from strata.report.data import ReportData
 from strata.report.html import Raw, Section, badge, details, empty, kv_table, note, table
@@ -78,6 +79,9 @@ def roofline_card(roof: Roofline | None) -> Raw:
             parts.append(note(f"{dev.device}: ridge point (FLOP/byte) {ridges}"))
         parts += [note(f"{dev.device}: {n}") for n in dev.notes]
         parts += [note(f"{dev.device} {k}: {why}") for k, why in dev.unknown.items()]
+    if roof.measured_busy:
+        parts.append(Raw(badge("measured on a busy host", "bad")))
+    parts += [note(line) for line in trust_lines(roof)]
     parts.append(note(f"measured in {roof.seconds:.1f} s"))
     return Raw("".join(parts))
 

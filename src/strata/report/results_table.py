@@ -8,13 +8,20 @@ from strata.report.html import Raw, Section, badge, details, empty, fmt, table
 from strata.report.svg import esc
 
 HEADERS = ["model", "backend", "test", "t/s", "n", "ceiling t/s", "η", "bound", "TTFT ms",
-           "peak RSS", "throttled", "run", "notes"]
+           "peak RSS", "throttled", "host", "run", "notes"]
 
 
 def _throttled(flag: bool | None) -> Raw | None:
     if flag is None:
         return None
     return badge("yes", "bad") if flag else badge("no", "ok")
+
+
+def _host(busy: bool | None, share: float | None) -> Raw | None:
+    """Other processes' CPU use during the test: a busy host explains a low figure."""
+    if busy is None:
+        return None
+    return badge(f"busy {share or 0:.0%}", "bad") if busy else badge("quiet", "ok")
 
 
 def _notes(notes: list[str]) -> Raw | None:
@@ -34,7 +41,9 @@ def _row(rec: dict, run_id: int) -> list[object]:
             f"{ts:,.1f} ± {sd:,.1f}" if ts is not None else None, rec.get("n"),
             fmt(ceiling), fmt(rec.get("eta"), ".2f"), rec.get("bound"),
             fmt(rec.get("ttft_ms"), ",.2f"), f"{rss / 2**20:,.0f} MiB" if rss else None,
-            _throttled(rec.get("throttled")), run_id, _notes(rec.get("notes") or [])]
+            _throttled(rec.get("throttled")),
+            _host(rec.get("host_busy"), rec.get("host_busy_share")), run_id,
+            _notes(rec.get("notes") or [])]
 
 
 def results_section(data: ReportData) -> Section:

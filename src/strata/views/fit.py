@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.table import Table
 from rich.text import Text
 
-from strata.fit import FITS, NO, PARTIAL, DeviceFit, FitReport, Prediction
+from strata.fit import FITS, NO, PARTIAL, DeviceFit, Eta, FitReport, Prediction
 
 GiB, MiB = 2**30, 2**20
 VERDICT_STYLE = {FITS: "green", PARTIAL: "yellow", NO: "red"}
@@ -48,15 +48,34 @@ def _eta_text(p: Prediction) -> str:
     return f"ceiling {p.ceiling_tps:,.1f} t/s x η {p.eta.value:.2f}: {p.eta.basis}"
 
 
+MAX_SOURCES = 6  # results named per η; the rest are counted
+
+
+def sources_text(eta: Eta) -> str | None:
+    """Which stored results an η rests on, so a user can look at (or delete) them."""
+    if not eta.sources:
+        return None
+    named = ", ".join(f"#{s.result_id} {s.model} {s.test} η {s.eta:.2f}"
+                      for s in eta.sources[:MAX_SOURCES])
+    more = len(eta.sources) - MAX_SOURCES
+    spread = f"; spread {eta.spread:.0%} of the median" if eta.spread is not None else ""
+    return f"η rests on: {named}" + (f" and {more} more" if more > 0 else "") + spread
+
+
 def prediction_lines(report: FitReport) -> list[Text]:
     lines = []
     for device in dict.fromkeys(p.device for p in report.predictions):
         lines.append(Text.assemble(("predicted", "bold"), f" on {device} with "
                                    f"{report.options.backend} (a prediction from the measured "
                                    "roofline, not a measurement):"))
+        shown: set[str] = set()
         for p in (p for p in report.predictions if p.device == device):
             spread = f" ({p.low_tps:,.1f}-{p.high_tps:,.1f})" if p.high_tps > p.low_tps else ""
             lines.append(Text(f"  {p.test:<14} ≈ {p.tps:,.1f} t/s{spread}  {_eta_text(p)}"))
+            rests = sources_text(p.eta)
+            if rests and p.phase not in shown:  # once per phase: its tests share the η
+                shown.add(p.phase)
+                lines.append(Text(f"  {'':<14}   {rests}", style="dim"))
     lines += [Text.assemble(("no prediction", "yellow"), f": {why}")
               for why in report.prediction_absent]
     return lines

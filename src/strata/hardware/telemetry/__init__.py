@@ -19,6 +19,7 @@ One job per module:
     samples.py   Sample, metric names and kinds, interval defaults
     readers/     the reader contract and registry (base.py), one module per source
     verdict.py   throttling rules and the combined verdict
+    hostload.py  HostLoadMonitor: CPU used by processes outside strata's tree (busy host)
     summary.py   TelemetrySummary and summarize()
     sampler.py   the Sampler thread
 
@@ -28,6 +29,16 @@ works for all of them.
 
 from __future__ import annotations
 
+from strata.hardware.telemetry.hostload import (
+    BUSY_SHARE,
+    BUSY_STEAL_SHARE,
+    HostLoad,
+    HostLoadMonitor,
+    HostLoadUnavailable,
+    LoadSnapshot,
+    OtherProcess,
+    host_load,
+)
 from strata.hardware.telemetry.readers import (
     READERS,
     Reader,
@@ -73,6 +84,8 @@ from strata.hardware.telemetry.verdict import (
 
 __all__ = [
     "AMDGPU_FILES",
+    "BUSY_SHARE",
+    "BUSY_STEAL_SHARE",
     "BUSY_UTIL_PCT",
     "CLOCK_DROP_FRACTION",
     "DEFAULT_INTERVAL_S",
@@ -90,9 +103,14 @@ __all__ = [
     "CpuThrottleReader",
     "CpuUtilReader",
     "EnergyAccumulator",
+    "HostLoad",
+    "HostLoadMonitor",
+    "HostLoadUnavailable",
     "HwmonTempReader",
+    "LoadSnapshot",
     "MetricStats",
     "NvmlReader",
+    "OtherProcess",
     "ProcessReader",
     "RaplReader",
     "Reader",
@@ -107,6 +125,7 @@ __all__ = [
     "ThermalZoneReader",
     "ThrottleVerdict",
     "clock_drop_rule",
+    "host_load",
     "metric_keys",
     "metric_kind",
     "nvml_reason_rule",
