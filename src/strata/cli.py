@@ -80,13 +80,19 @@ def probe(
     smoke_timeout: Annotated[float, typer.Option("--smoke-timeout", metavar="SECONDS",
                                                  help="Kill a smoke test that runs longer.")]
     = 90.0,
+    allow_busy: Annotated[bool, typer.Option("--allow-busy", help="With --measure: store the "
+                                             "roofline even when other processes kept the "
+                                             "host busy in every attempt (its peaks are then "
+                                             "low; it is stored flagged).")] = False,
     db: DbOption = None,
 ) -> None:
     """What this machine is, whether its stack can drive each device, and (--measure) its roofline.
 
     The probe names CPU features, GPUs (physical arch), the torch/llama.cpp/Triton stack,
     and a support verdict per device from two checks: arch rules and a smoke test.
-    --measure stores this host's roofline for every later command.
+    --measure stores this host's roofline for every later command: each figure is the best
+    of several trials; on a busy host it measures again, and refuses to store peaks known to
+    be low (exit 1) unless --allow-busy.
 
     [bold]Examples[/bold]
       strata probe               [dim]# hardware, software, support verdicts[/dim]
@@ -103,7 +109,7 @@ def probe(
     from strata.commands.probe import run_probe
 
     result = run_probe(conn, measure=measure, smoke=smoke, smoke_timeout_s=smoke_timeout,
-                       console=err)
+                       console=err, allow_busy=allow_busy)
     if not json_out:
         result.render(out)
     if watch is not None:
@@ -112,6 +118,8 @@ def probe(
         result.telemetry = run_watch(conn, result.fingerprint, watch, interval_ms / 1000, err)
     if json_out:
         print(json.dumps(result.to_dict(), indent=2, default=str))
+    if result.refused:
+        raise StrataError(result.refused)  # printed above, not stored: exit 1
 
 
 Opt = typer.Option
