@@ -164,7 +164,7 @@ def test_merge_keeps_figures_only_the_second_attempt_measured() -> None:
 
 # ---------------------------------------------------------------- a real bench run
 
-def test_bench_results_beating_a_low_peak_remeasure_it_and_recompute_eta() -> None:
+def test_bench_results_beating_a_low_peak_remeasure_it_and_recompute_eta(tmp_path) -> None:
     """A roofline recorded absurdly low (as a busy host can make it): the run's own results
     beat it, the peak is re-measured for real (quick sizes) and η is recomputed."""
     pytest.importorskip("torch")
@@ -175,23 +175,46 @@ def test_bench_results_beating_a_low_peak_remeasure_it_and_recompute_eta() -> No
     from strata.hardware.cpu import probe_cpu
     from strata.hardware.microbench import MeasureConfig, host_remeasure
     from strata.hardware.profile import HostProfile, SoftwareStack
-    from strata.store.runs import StoredResult
+    from strata.store import open_db
+    from strata.store.hosts import latest_measurement, save_host, save_measurement
+    from strata.store.runs import (
+        StoredResult,
+        add_result,
+        results_of_run,
+        start_run,
+        update_explanation,
+    )
 
     low = Roofline([DeviceRoofline(
         "cpu", "recorded low", bandwidth={"triad": Figure(0.001, "recorded", trials=[0.001])},
         compute={d: Figure(0.001, "recorded", trials=[0.001]) for d in ("fp32", "bf16")})],
         1.0)
     profile = HostProfile("h", probe_cpu(), [], SoftwareStack("3", "Linux", "0"))
+    conn = open_db(tmp_path / "strata.db")  # the real store, as `strata bench` wires it
+    fp = save_host(conn, profile)
+    run_id = start_run(conn, fp, "bench", [], {})
     saved: list[dict] = []
-    keeper = PeakKeeper(low, host_remeasure(profile, MeasureConfig.quick()),
-                        save=lambda r: saved.append(r.to_dict()))
+
+    def save(roof: Roofline) -> None:
+        saved.append(roof.to_dict())
+        save_measurement(conn, fp, "roofline", roof.to_dict())
+
+    def store(r: StoredResult) -> StoredResult:
+        r.run_id, r.id = run_id, add_result(conn, run_id, r)
+        stored.append(r)
+        return r
+
+    keeper = PeakKeeper(low, host_remeasure(profile, MeasureConfig.quick()), save=save)
     config = BenchConfig(models=["synthetic:tiny@f32"], backends=["torch"],
                          tests=[BenchTest(16, 0), BenchTest(0, 4)], loads=[LoadConfig()],
                          reps=RepPolicy.fixed(2))
     stored: list[StoredResult] = []
     updated: list[StoredResult] = []
-    Runner(config, low, lambda r: stored.append(r) or r, peaks=keeper,
-           update=updated.append).run(resolve_all(config))
+    def update(r: StoredResult) -> None:
+        updated.append(r)
+        update_explanation(conn, r)
+
+    Runner(config, low, store, peaks=keeper, update=update).run(resolve_all(config))
     pp, tg = stored
     cpu = keeper.roofline.device("cpu")
     dtype = pp.explain["compute_dtype"]
@@ -206,3 +229,8 @@ def test_bench_results_beating_a_low_peak_remeasure_it_and_recompute_eta() -> No
     assert updated == [pp] and "re-measured" in pp.info["eta_recomputed"]
     achieved = pp.metrics["prefill_tps"]["mean"] * pp.explain["flops_per_prompt_token"] / 1e9
     assert pp.explain["prefill_eta"] == pytest.approx(achieved / cpu.peak_gflops(dtype))
+    rows = {r.test: r for r in results_of_run(conn, run_id)}  # what the DB now holds
+    assert rows["pp16"].explain == pp.explain and rows["tg4"].explain == tg.explain
+    assert rows["pp16"].info["eta_recomputed"] == pp.info["eta_recomputed"]
+    assert latest_measurement(conn, fp, "roofline")["devices"][0]["peak_bandwidth_gbs"] \
+        == pytest.approx(cpu.peak_bandwidth_gbs())

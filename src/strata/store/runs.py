@@ -78,6 +78,16 @@ def add_result(conn: sqlite3.Connection, run_id: int, r: StoredResult) -> int:
     return result_id
 
 
+def update_explanation(conn: sqlite3.Connection, r: StoredResult) -> None:
+    """Rewrite a stored result's explanation and info, e.g. after its η was recomputed
+    against a re-measured roofline peak (the metrics and samples never change)."""
+    if not r.id:
+        raise ValueError("update_explanation needs a stored result (id is 0)")
+    with transaction(conn):
+        conn.execute("UPDATE results SET explain = ?, info = ? WHERE id = ?",
+                     (_dump(r.explain), json.dumps(r.info, default=str), r.id))
+
+
 def _dump(value: Any) -> str | None:
     return json.dumps(value, default=str) if value is not None else None
 
