@@ -8,6 +8,7 @@ re-measure itself is real (quick sizes) in the runner test.
 
 from __future__ import annotations
 
+import io
 from collections.abc import Iterator
 from itertools import count
 
@@ -234,3 +235,33 @@ def test_bench_results_beating_a_low_peak_remeasure_it_and_recompute_eta(tmp_pat
     assert rows["pp16"].info["eta_recomputed"] == pp.info["eta_recomputed"]
     assert latest_measurement(conn, fp, "roofline")["devices"][0]["peak_bandwidth_gbs"] \
         == pytest.approx(cpu.peak_bandwidth_gbs())
+
+
+def test_probe_measure_on_a_busy_host_stores_nothing_unless_allowed(tmp_path) -> None:
+    """run_probe end to end on a real probe and a real DB; the three attempts are recorded
+    busy measurements."""
+    from rich.console import Console
+
+    from strata.commands.probe import run_probe
+    from strata.store import open_db
+    from strata.store.hosts import latest_measurement
+
+    conn = open_db(tmp_path / "strata.db")
+    quiet = Console(file=io.StringIO())
+
+    def busy(fp32: float):
+        return lambda profile, say: _measured(fp32, busy=True)
+
+    seen = iter([92.0, 172.0, 105.0, 150.0, 160.0, 90.0])
+    refused = run_probe(conn, True, False, 10.0, quiet, pause_s=0.0,
+                        measurer=lambda p, s: busy(next(seen))(p, s))
+    assert refused.refused and refused.refused.startswith("roofline not stored")
+    assert latest_measurement(conn, refused.fingerprint, "roofline") is None  # nothing stored
+    data = refused.to_dict()
+    assert data["roofline_stored"] is False and data["roofline"]["measured_busy"] is True
+    allowed = run_probe(conn, True, False, 10.0, quiet, allow_busy=True, pause_s=0.0,
+                        measurer=lambda p, s: busy(next(seen))(p, s))
+    assert allowed.refused is None
+    stored = latest_measurement(conn, allowed.fingerprint, "roofline")
+    assert stored["measured_busy"] is True and len(stored["host_load"]) == 3  # flagged
+    assert stored["devices"][0]["compute"]["fp32"]["value"] == 160.0  # best of the three

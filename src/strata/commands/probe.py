@@ -89,15 +89,20 @@ def busy_refusal(roof: Roofline) -> str:
 
 
 def run_probe(conn: sqlite3.Connection, measure: bool, smoke: bool, smoke_timeout_s: float,
-              console: Console, allow_busy: bool = False) -> ProbeResult:
+              console: Console, allow_busy: bool = False,
+              measurer: Callable[[HostProfile, Callable[[str], None]], Roofline] | None = None,
+              pause_s: float = BUSY_PAUSE_S) -> ProbeResult:
+    """measurer(profile, progress) -> Roofline: one attempt (default measure_host); tests
+    pass recorded measurements, since a busy host cannot be arranged to order."""
+    attempt = measurer or (lambda profile, say: measure_host(profile, progress=say))
     with console.status("probing…") as status:
         profile = probe_host(smoke=smoke, smoke_timeout_s=smoke_timeout_s,
                              progress=lambda m: status.update(f"probing: {m}"))
         fingerprint = save_host(conn, profile)
         if measure:
             roofline = measure_until_quiet(
-                lambda say: measure_host(profile, progress=say),
-                lambda m: status.update(f"measuring: {m}"))
+                lambda say: attempt(profile, say),
+                lambda m: status.update(f"measuring: {m}"), pause_s=pause_s)
             if roofline.measured_busy and not allow_busy:
                 return ProbeResult(profile, fingerprint, roofline, True,
                                    refused=busy_refusal(roofline))
