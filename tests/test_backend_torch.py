@@ -253,7 +253,8 @@ def test_context_beyond_the_model_is_an_input_error(backend: TorchBackend) -> No
         backend.run(RunRequest((1,) * 2000, (), 49))
 
 
-# -- GGUF through transformers ---------------------------------------------------------------
+# -- GGUF through strata's loader (strata.models.gguf_torch; tests/test_gguf_torch.py holds it
+#    to llama.cpp's logits) --------------------------------------------------------------------
 
 
 def gguf_only(model: ResolvedModel) -> ResolvedModel:
@@ -262,13 +263,14 @@ def gguf_only(model: ResolvedModel) -> ResolvedModel:
 
 
 @pytest.mark.parametrize("ref", ["synthetic:tiny@q4_0", "synthetic:tiny-qwen2@q8_0"])
-def test_synthetic_gguf_loads_through_transformers(home: Path, ref: str) -> None:
-    """transformers 5 dequantises llama/qwen2 GGUF at Q4_0/Q8_0 (measured, not assumed)."""
+def test_synthetic_gguf_loads_through_strata(home: Path, ref: str) -> None:
+    """llama/qwen2 GGUF at Q4_0/Q8_0, dequantised by gguf-py, run and timed like safetensors."""
     b = TorchBackend()
     b.load(gguf_only(resolve(ref)), F32)
     try:
         info = b.info()
-        assert info["weights"].startswith(f"GGUF {ref.rsplit('@')[1].upper()}, dequantised")
+        assert info["weights"].startswith(f"GGUF {ref.rsplit('@')[1].upper()}, dequantised by "
+                                          "strata")
         assert b.bos() == 1
         trace = b.run(request(b, 4, 8, 3))
         assert len(trace.token_ns) == 3
@@ -276,11 +278,11 @@ def test_synthetic_gguf_loads_through_transformers(home: Path, ref: str) -> None
         b.close()
 
 
-def test_gguf_transformers_refuses_names_llamacpp(tmp_path: Path) -> None:
+def test_gguf_architecture_without_a_mapping_names_llamacpp(tmp_path: Path) -> None:
     gguf = pytest.importorskip("gguf")
     np = pytest.importorskip("numpy")
     path = tmp_path / "rwkv.gguf"
-    w = gguf.GGUFWriter(str(path), arch="rwkv6")  # llama.cpp runs it; transformers does not
+    w = gguf.GGUFWriter(str(path), arch="rwkv6")  # llama.cpp runs it; strata's loader does not
     w.add_block_count(1)
     w.add_tensor("token_embd.weight", np.zeros((16, 8), np.float32))
     w.write_header_to_file()

@@ -10,9 +10,11 @@ Run semantics are llama-bench's, so the three backends count and time the same t
 dtype "auto" means the checkpoint's own dtype, except half-precision checkpoints on CPU (see
 `choose_dtype`): PyTorch's CPU half kernels are only fast where the CPU has native bf16.
 
-A GGUF goes through transformers' own GGUF loading, which dequantises every weight: the model
-then runs in a float dtype, never with quantised kernels (info() says so). Where transformers
-refuses the file, the error names the llamacpp backend, which runs GGUF natively.
+A GGUF is read by strata's own loader (strata.models.gguf_torch: bounds-checked reader,
+gguf-py dequantisation, config from the metadata, llama.cpp's Q/K permutation undone), not by
+transformers' GGUF loading, which refuses valid files. Every weight is dequantised: the model
+then runs in a float dtype, never with quantised kernels (info() says so). An architecture the
+loader does not map gets an error naming the llamacpp backend, which runs GGUF natively.
 """
 
 from __future__ import annotations
@@ -257,15 +259,11 @@ def _load_hf(ckpt: Checkpoint, kwargs: dict[str, Any]) -> Any:
 
 
 def _load_gguf(ckpt: Checkpoint, kwargs: dict[str, Any]) -> Any:
-    try:
-        return transformers.AutoModelForCausalLM.from_pretrained(
-            str(ckpt.path.parent), gguf_file=ckpt.path.name, **kwargs)
-    except (MemoryError, torch.cuda.OutOfMemoryError):
-        raise
-    except Exception as exc:  # transformers refuses an arch/quant with many exception types
-        raise InputError(f"{ckpt.path}: transformers' GGUF loading cannot read this "
-                         f"{ckpt.arch} {ckpt.stored} GGUF ({_one_line(exc)}); use --backend "
-                         "llamacpp, which runs GGUF natively") from None
+    from strata.models.gguf_torch import load_gguf_model
+
+    dtype = kwargs[_dtype_kwarg()]
+    return load_gguf_model(ckpt.path, torch.device(kwargs["device_map"]), dtype,
+                           kwargs["attn_implementation"])[0]
 
 
 @dataclass(frozen=True)
@@ -360,7 +358,8 @@ class TorchBackend:
     def info(self) -> dict[str, Any]:
         s = self._loaded()
         weights = "safetensors" if s.ckpt.form == "hf" else (
-            f"GGUF {s.ckpt.stored}, dequantised by transformers to {_name(s.choice.dtype)}")
+            f"GGUF {s.ckpt.stored}, dequantised by strata (gguf-py) to "
+            f"{_name(s.choice.dtype)}")
         return {
             "torch": torch.__version__,
             "transformers": transformers.__version__,

@@ -314,20 +314,57 @@ def shard_paths(path: Path, count: int) -> list[Path]:
     return [path.with_name(f"{prefix}-{i:05d}{tail}") for i in range(1, count + 1)]
 
 
-def _all_tensors(path: Path, layout: Layout, sizes: list[TensorSize]
-                 ) -> list[tuple[RawTensor, TensorSize]]:
+@dataclass(frozen=True)
+class Shard:
+    """One file of a (possibly split) GGUF with its validated header."""
+
+    path: Path
+    layout: Layout
+    sizes: list[TensorSize]
+
+
+def shards(path: Path, layout: Layout, sizes: list[TensorSize]) -> list[Shard]:
+    """Every file of the model `path` starts, each validated (one Shard when not split)."""
     count = layout.kv.get(_SPLIT_COUNT, 1)
     if not isinstance(count, int) or count <= 1:
-        return list(zip(layout.tensors, sizes, strict=True))
-    pairs: list[tuple[RawTensor, TensorSize]] = []
+        return [Shard(path, layout, sizes)]
+    out = []
     for shard in shard_paths(path, count):
         if not shard.is_file():
             raise InputError(f"MODEL {path}: shard {shard.name} of the split GGUF is missing "
                              "(download every part into the same folder)")
-        shard_layout, shard_sizes = (layout, sizes) if shard == path else (
-            scan_or_input_error(shard))
-        pairs += zip(shard_layout.tensors, shard_sizes, strict=True)
-    return pairs
+        out.append(Shard(path, layout, sizes) if shard == path
+                   else Shard(shard, *scan_or_input_error(shard)))
+    return out
+
+
+def _all_tensors(path: Path, layout: Layout, sizes: list[TensorSize]
+                 ) -> list[tuple[RawTensor, TensorSize]]:
+    return [pair for s in shards(path, layout, sizes)
+            for pair in zip(s.layout.tensors, s.sizes, strict=True)]
+
+
+def read_tensor_bytes(shard: Shard, index: int) -> Any:
+    """The stored bytes of tensor `index` of a scanned shard, as a uint8 numpy array.
+
+    scan() has already checked that every tensor lies inside the file; the read is checked
+    again here, because the file may have changed (or shrunk) since it was scanned.
+    """
+    import numpy as np
+
+    t, size = shard.layout.tensors[index], shard.sizes[index]
+    start = shard.layout.data_offset + t.offset
+    try:
+        with open(shard.path, "rb") as f:
+            f.seek(start)
+            raw = f.read(size.nbytes)
+    except OSError as exc:
+        raise InputError(f"MODEL {shard.path}: cannot read tensor {t.name!r}: "
+                         f"{exc.strerror or exc}") from exc
+    if len(raw) != size.nbytes:
+        raise InputError(f"MODEL {shard.path}: tensor {t.name!r} ends past the end of the file "
+                         "(it changed since it was opened, or is truncated)")
+    return np.frombuffer(raw, dtype=np.uint8)
 
 
 # ---------------------------------------------------------------------------------------
