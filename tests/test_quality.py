@@ -171,6 +171,11 @@ def test_chunk_plan_scores_the_second_half_with_bos_first(home: Path) -> None:
     plan = prepared.plan
     ids = plan.tokens.ids
     assert plan.n_chunks == 3 and plan.first == CTX // 2
+    # as llama-perplexity: the text is tokenised with BOS first, so chunk 0 is BOS + the
+    # first CTX - 1 text ids; a later chunk's first id is replaced by BOS
+    text_ids = synthetic_ids(prepared.text.content, 512)
+    assert ids[0] == 1 and ids[1:].tolist() == text_ids.tolist()
+    assert plan.inputs(0) == ids[:CTX].tolist()
     assert plan.inputs(1)[0] == 1 and plan.inputs(1)[1:] == ids[CTX + 1:2 * CTX].tolist()
     assert plan.targets(1).tolist() == ids[CTX + CTX // 2 + 1:2 * CTX].tolist()
     assert ChunkPlan.of(plan.tokens, CTX, 10**9).n_chunks == len(ids) // CTX
@@ -266,7 +271,7 @@ def test_cli_text_shorter_than_one_context(tmp_path: Path) -> None:
     proc = run_cli("quality", "synthetic:tiny@f32", "--text", str(short), "--ctx", "64",
                    home=tmp_path / "home", timeout=120)
     err = _one_line_error(proc)
-    assert "40 tokens" in err and "--ctx 64" in err and "--ctx 40 or less" in err
+    assert "41 tokens" in err and "--ctx 64" in err and "--ctx 41 or less" in err  # BOS + 40
     db = tmp_path / "home" / "strata.db"
     assert not db.exists() or "quality" not in _kinds(db)  # nothing stored
 

@@ -1,10 +1,13 @@
-"""How a token stream is cut into contexts and which positions count: llama.cpp's
-`llama-perplexity` convention, so strata's figures read like llama.cpp's.
+"""How a token stream is cut into contexts and which positions count: exactly what llama.cpp's
+`tools/perplexity/perplexity.cpp` (perplexity(), no --ppl-stride) does, so strata's figures
+are llama-perplexity's, token for token.
 
-  * the text's tokens are cut into consecutive, non-overlapping chunks of `ctx` tokens
-    (the tail shorter than one chunk is dropped); the first `max_chunks` are used;
-  * each chunk is evaluated from an empty KV cache, its first token replaced by BOS when the
-    model's tokenizer adds one;
+  * the tokens are the whole text's, BOS first when the vocabulary adds one (tokenizer.py);
+    they are cut into consecutive, non-overlapping chunks of `ctx` tokens (the tail shorter
+    than one chunk is dropped); the first `max_chunks` are used;
+  * each chunk is evaluated from an empty KV cache at positions 0..ctx-1, its first token
+    replaced by BOS when the model adds one (chunk 0 already starts with the real BOS; a later
+    chunk loses its first text token to it, as in llama.cpp);
   * only the second half is scored: the logits at positions ctx/2 .. ctx-2 predict tokens
     ctx/2+1 .. ctx-1 — every scored token sees at least ctx/2 tokens of context, so the
     figure measures the model, not how little context the first tokens of a chunk have.
@@ -46,7 +49,8 @@ class ChunkPlan:
         return self.n_chunks * self.scored_per_chunk
 
     def inputs(self, i: int) -> list[int]:
-        """Token ids fed to the model for chunk i (BOS in place of the first, if any)."""
+        """Token ids fed to the model for chunk i (BOS in place of the first, if the model
+        adds one)."""
         ids = self.tokens.ids[i * self.ctx:(i + 1) * self.ctx].tolist()
         if self.tokens.bos is not None:
             ids[0] = self.tokens.bos

@@ -151,8 +151,9 @@ class QualityResult:
                      "tokens": self.text_tokens},
             "tokenizer": self.tokenizer, "seconds": self.seconds,
             "model_label": self.model_label, "ref_label": self.ref_label,
-            "scoring": "llama-perplexity convention: chunks of ctx tokens from an empty cache, "
-                       "BOS first, second half scored; KL(ref || model)",
+            "scoring": "llama-perplexity's: text tokenised with BOS when the vocab adds one, "
+                       "chunks of ctx tokens from an empty cache, BOS in place of each later "
+                       "chunk's first token, second half scored; KL(ref || model)",
             "info": self.info,
         }
 

@@ -9,6 +9,9 @@
   hf         the tokenizer files of a Hugging Face directory (transformers' AutoTokenizer)
 
 Every backend scores the same ids: tokenisation happens once, here, not in each backend.
+As llama.cpp's perplexity tool (common_tokenize(ctx, text, add_special=true)), the ids start
+with BOS when the vocabulary asks for one (llama_vocab_get_add_bos): the first chunk then
+holds BOS and the first text tokens at the positions llama-perplexity gives them.
 """
 
 from __future__ import annotations
@@ -32,7 +35,8 @@ HF_SYNTHETIC_KEY = "strata_synthetic"  # ... and into the synthetic config.json
 
 @dataclass(frozen=True)
 class Tokens:
-    """A text as token ids of one vocabulary, no special tokens."""
+    """A text as token ids of one vocabulary: BOS first when the model adds one, no other
+    special tokens (what llama-perplexity tokenises)."""
 
     ids: np.ndarray  # int64
     bos: int | None  # what the model expects first in a context (None: nothing)
@@ -40,6 +44,14 @@ class Tokens:
 
     def __len__(self) -> int:
         return len(self.ids)
+
+    @classmethod
+    def of_text(cls, ids: np.ndarray | list[int], bos: int | None, scheme: str) -> Tokens:
+        """The text's ids (no special tokens) with BOS put first when there is one."""
+        body = np.asarray(ids, dtype=np.int64)
+        if bos is not None:
+            body = np.concatenate([np.array([bos], dtype=np.int64), body])
+        return cls(body, bos, scheme)
 
 
 # -- synthetic ---------------------------------------------------------------------------
@@ -86,9 +98,9 @@ def _synthetic(model: ResolvedModel, text: str) -> Tokens:
     from strata.models.synthetic import BOS_ID, FIRST_TEXT_ID
 
     vocab = _vocab(model)
-    return Tokens(synthetic_ids(text, vocab), BOS_ID,
-                  f"synthetic: one token per character, id = {FIRST_TEXT_ID} + code point mod "
-                  f"{vocab - FIRST_TEXT_ID} (the model's plain-text ids)")
+    scheme = (f"synthetic: one token per character, id = {FIRST_TEXT_ID} + code point mod "
+              f"{vocab - FIRST_TEXT_ID} (the model's plain-text ids)")
+    return Tokens.of_text(synthetic_ids(text, vocab), BOS_ID, scheme)
 
 
 def _vocab(model: ResolvedModel) -> int:
@@ -107,7 +119,7 @@ def _gguf(model: ResolvedModel, text: str) -> Tokens:
     except Exception as exc:  # BackendUnavailable: llama-cpp-python missing
         raise InputError(f"MODEL {model.ref}: tokenising a GGUF needs llama.cpp ({exc})") from None
     ids, bos = tokenize_gguf(path, text)
-    return Tokens(np.asarray(ids, dtype=np.int64), bos, f"llama.cpp tokenizer of {path.name}")
+    return Tokens.of_text(ids, bos, f"llama.cpp tokenizer of {path.name}")
 
 
 # -- Hugging Face ------------------------------------------------------------------------
@@ -124,8 +136,8 @@ def _hf(model: ResolvedModel, text: str) -> Tokens:
         with_special = tok("a")["input_ids"]
     bos = tok.bos_token_id
     adds_bos = bos is not None and with_special[:1] == [bos]  # what the tokenizer itself does
-    return Tokens(np.asarray(ids, dtype=np.int64), bos if adds_bos else None,
-                  f"transformers tokenizer of {folder.name} ({type(tok).__name__})")
+    return Tokens.of_text(ids, bos if adds_bos else None,
+                          f"transformers tokenizer of {folder.name} ({type(tok).__name__})")
 
 
 def _auto_tokenizer(model: ResolvedModel, folder: Path):  # -> transformers tokenizer
