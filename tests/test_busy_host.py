@@ -82,6 +82,20 @@ def test_quiet_host_and_reaped_children_count_as_ours() -> None:
     assert load.verdict.startswith("host quiet: other processes used 1% of the CPUs")
 
 
+def test_a_reaped_chain_is_charged_only_its_time_inside_the_region() -> None:
+    # bash -> timeout -> pytest: pytest had used 9000 ticks before the region and 100 in
+    # it; it exited, timeout reaped it and exited, bash reaped timeout: bash's cutime jumps
+    # by 9105. Only the 100 + 5 inside the region are bash's share.
+    start = _snap(0.0, 0, 0, [ProcTimes(ME, 1, "strata", 0, 0, 1),
+                              ProcTimes(300, 1, "bash", 10, 0, 2),
+                              ProcTimes(301, 300, "timeout", 0, 0, 3),
+                              ProcTimes(302, 301, "pytest", 9000, 0, 4)])
+    end = _snap(1.0, 105, 0, [ProcTimes(ME, 1, "strata", 0, 0, 1),
+                              ProcTimes(300, 1, "bash", 10, 9105, 2)])
+    (bash,) = host_load(start, end, root_pid=ME).top_other
+    assert (bash.name, bash.cpu_s) == ("bash", pytest.approx(1.05))
+
+
 def test_steal_alone_makes_the_host_busy_and_short_regions_cannot_tell() -> None:
     start = _snap(0.0, 0, 0, [ProcTimes(ME, 1, "strata", 0, 0, 1)])
     end = _snap(1.0, 100, 20, [ProcTimes(ME, 1, "strata", 100, 0, 1)])

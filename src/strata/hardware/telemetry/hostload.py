@@ -181,22 +181,18 @@ def host_load(start: LoadSnapshot, end: LoadSnapshot, root_pid: int | None = Non
                     loadavg=end.loadavg, busy=None, own_pids=sorted(own_end),
                     threshold=busy_share)
     load.busy = load.busy_share >= busy_share or load.steal_share >= busy_steal_share
-    load.top_other = _top_other(start, end, own_start | own_end, capacity)
+    load.top_other = _top_other(start, end, own_start | own_end, capacity, other_ticks)
     return load
 
 
 def _top_other(start: LoadSnapshot, end: LoadSnapshot, ours: set[int],
-               capacity: float) -> list[OtherProcess]:
+               capacity: float, other_ticks: int) -> list[OtherProcess]:
     """Other processes by CPU time in the region, children they reaped included (a test
     runner's or a build's short-lived children are most of a busy host's load).
 
     A parent's cutime jumps by a child's whole lifetime when it reaps it; the part the child
     had already used at the start (seen in the start snapshot) is taken off again."""
-    gone: dict[int, int] = {}  # parent pid -> ticks its vanished children had at the start
-    for pid, p in start.procs.items():
-        after = end.procs.get(pid)
-        if after is None or after.start != p.start:
-            gone[p.ppid] = gone.get(p.ppid, 0) + p.ticks + p.child_ticks
+    gone = _pre_region_of_reaped(start, end)
     out = []
     for pid, p in end.procs.items():
         if pid in ours:
@@ -205,11 +201,39 @@ def _top_other(start: LoadSnapshot, end: LoadSnapshot, ours: set[int],
         same = before is not None and before.start == p.start
         own = p.ticks - (before.ticks if before and same else 0)
         reaped = p.child_ticks - (before.child_ticks if before and same else 0)
-        ticks = own + max(reaped - gone.get(pid, 0), 0)
+        # capped by all others' time: a reaper the start snapshot could not see (a process
+        # re-parented to a subreaper) must not read as more than the whole host
+        ticks = min(own + max(reaped - gone.get(pid, 0), 0), other_ticks)
         if ticks > 0:
             out.append(OtherProcess(pid, p.name, ticks / end.hz, ticks / capacity))
     out.sort(key=lambda o: o.cpu_s, reverse=True)
     return out[:TOP_OTHER]
+
+
+def _alive(start: LoadSnapshot, end: LoadSnapshot, pid: int) -> bool:
+    after = end.procs.get(pid)
+    return after is not None and after.start == start.procs[pid].start
+
+
+def _pre_region_of_reaped(start: LoadSnapshot, end: LoadSnapshot) -> dict[int, int]:
+    """Surviving pid -> CPU ticks that processes gone by the end had used before the region.
+
+    A vanished process's lifetime lands in its parent's cutime; when the parent vanished too
+    (bash -> timeout -> python), both land in the nearest surviving ancestor's. Its share
+    before the region is charged there, so only time inside the region is counted."""
+    gone: dict[int, int] = {}
+    for pid, p in start.procs.items():
+        if _alive(start, end, pid):
+            continue
+        ancestor, seen = p.ppid, {pid}
+        while ancestor in start.procs and not _alive(start, end, ancestor) \
+                and ancestor not in seen:
+            seen.add(ancestor)
+            ancestor = start.procs[ancestor].ppid
+        # its threads and the children it had already reaped; children still alive at the
+        # start are charged by their own entries in this loop
+        gone[ancestor] = gone.get(ancestor, 0) + p.ticks + p.child_ticks
+    return gone
 
 
 # ---------------------------------------------------------------- reading /proc
