@@ -46,6 +46,7 @@ class Explanation:
     prefill_eta: float | None = None
     bound: str | None = None  # "memory" or "compute" for the test's main phase
     host_busy: str | None = None  # the busy-host verdict, when other processes were busy
+    host_busy_share: float | None = None  # other processes' share of all CPUs meanwhile
     cache_resident: bool = False  # bytes per token fit in the CPU's last-level cache
     verdict: list[str] = field(default_factory=list)
     basis: list[str] = field(default_factory=list)
@@ -84,7 +85,7 @@ def explain(spec: ModelSpec, test: BenchTest, roof: DeviceRoofline, kv_type: str
     _etas(ex, achieved)
     ex.bound = _bound(ex, test)
     if host_load is not None and host_load.busy:
-        ex.host_busy = host_load.verdict
+        ex.host_busy, ex.host_busy_share = host_load.verdict, host_load.busy_share
     ex.verdict = _verdicts(ex)
     ex.cache_resident = bool(cache_bytes and ex.bytes_per_token < cache_bytes
                              and roof.device == "cpu")
@@ -132,6 +133,27 @@ def _bound(ex: Explanation, test: BenchTest) -> str | None:
     return "compute" if intensity >= ridge else "memory"
 
 
+# A test competing with other processes for share s of all CPUs keeps roughly 1 - s of them:
+# it can run up to about 1 / (1 - s) times slower (capped: a share near 1 is a guess anyway).
+MAX_BUSY_SLOWDOWN = 10.0
+
+
+def busy_slowdown(share: float) -> float:
+    return min(1.0 / max(1.0 - share, 1e-9), MAX_BUSY_SLOWDOWN)
+
+
+def _busy_low(phase: str, eta: float, busy: str, share: float) -> str:
+    """A low η on a busy host: name the host first; say whether it can explain all of it."""
+    quiet = eta * busy_slowdown(share)
+    if quiet >= ETA_LOW:
+        return (f"{phase} η {eta:.2f} < {ETA_LOW}: {busy} — that explains a low η (a quiet host "
+                f"would allow up to about {quiet:.2f}); re-run on a quiet host before "
+                "suspecting partial offload, a slow backend path or throttling")
+    return (f"{phase} η {eta:.2f} < {ETA_LOW}: {busy}, but even a quiet host would leave η "
+            f"below about {quiet:.2f}: also suspect partial offload, a slow backend path for "
+            "this dtype, or throttling (re-run on a quiet host to tell them apart)")
+
+
 def _verdicts(ex: Explanation) -> list[str]:
     out = []
     for phase, eta in (("decode", ex.decode_eta), ("prefill", ex.prefill_eta)):
@@ -142,11 +164,7 @@ def _verdicts(ex: Explanation) -> list[str]:
                        "byte/FLOP model or the measured peak is wrong here (e.g. weights "
                        "served from cache, or a peak measured under load)")
         elif eta < ETA_LOW and ex.host_busy:
-            # The busy host is the known cause: name it first; the model is not to blame
-            # until a run on a quiet host says so.
-            out.append(f"{phase} η {eta:.2f} < {ETA_LOW}: {ex.host_busy} — that alone pulls η "
-                       "down; re-run on a quiet host before suspecting partial offload, a slow "
-                       "backend path or throttling")
+            out.append(_busy_low(phase, eta, ex.host_busy, ex.host_busy_share or 0.0))
         elif eta < ETA_LOW:
             out.append(f"{phase} η {eta:.2f} < {ETA_LOW}: far below the roofline — suspect "
                        "partial offload, a slow backend path for this dtype, or throttling")

@@ -44,6 +44,9 @@ from typing import Any
 BUSY_SHARE = 0.10
 BUSY_STEAL_SHARE = 0.05  # a hypervisor taking 5% of our vCPUs is as bad as a busy neighbour
 MIN_WALL_S = 0.05  # shorter regions are a few clock ticks: too coarse to judge
+# The monitor extends a shorter region to this by waiting at its end: a tiny model's test
+# can take 5 ms, 1/2 of a clock tick; the load right after it is then the reading.
+MIN_REGION_S = 0.25
 TOP_OTHER = 5  # processes named in the breakdown
 
 # /proc/stat "cpu" columns (proc(5)); guest time is already inside user.
@@ -303,12 +306,16 @@ class HostLoadMonitor:
 
     root_pid: the process whose tree is "ours" (default: this process). Where /proc cannot
     be read, the summary says so (busy=None with a reason) and the timed region still runs.
+    min_region_s: a region shorter than this is extended by waiting at its end (after the
+    timed work: nothing timed is slowed), so a test of a few milliseconds still gets a
+    reading; 0 disables it (then a region under MIN_WALL_S gives busy=None).
     Monitors may nest (each reads /proc twice; a read takes a few milliseconds).
     """
 
     def __init__(self, *, root_pid: int | None = None, procfs_root: Path | str = "/proc",
-                 busy_share: float = BUSY_SHARE,
-                 busy_steal_share: float = BUSY_STEAL_SHARE) -> None:
+                 busy_share: float = BUSY_SHARE, busy_steal_share: float = BUSY_STEAL_SHARE,
+                 min_region_s: float = MIN_REGION_S) -> None:
+        self.min_region_s = min_region_s
         self.root_pid = os.getpid() if root_pid is None else root_pid
         self.procfs_root = Path(procfs_root)
         self.busy_share, self.busy_steal_share = busy_share, busy_steal_share
@@ -339,6 +346,9 @@ class HostLoadMonitor:
             self._summary = HostLoad.unknown(self._error or "monitor was never started",
                                              time.perf_counter() - self._t0)
             return self._summary
+        short = self.min_region_s - (time.perf_counter() - self.start_snapshot.t_s)
+        if short > 0:
+            time.sleep(short)
         try:
             end = snapshot(self.procfs_root)
         except HostLoadUnavailable as exc:
