@@ -12,11 +12,13 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
+from rich.markup import escape
+from rich.text import Text
 from typer.exceptions import Abort, TyperException
 
 from strata import __version__
 from strata.errors import InputError, StrataError
+from strata.views.console import make_console
 
 app = typer.Typer(
     name="strata",
@@ -25,8 +27,9 @@ app = typer.Typer(
     add_completion=False,
     rich_markup_mode="rich",
 )
-out = Console()
-err = Console(stderr=True)
+# Piped, both print every table whole at its natural width (views/console.py).
+out = make_console()
+err = make_console(stderr=True)
 
 DbOption = Annotated[
     Path | None,
@@ -289,9 +292,9 @@ def report(
     from strata.commands.report import open_report, run_report
 
     outcome = run_report(_open_store(db), out_path)
-    out.print(outcome.summary(), highlight=False, soft_wrap=True)
+    out.print(outcome.summary(), highlight=False, soft_wrap=True, markup=False)
     if open_it and not open_report(outcome.path):
-        err.print(f"could not start a browser: open {outcome.path} by hand")
+        err.print(f"could not start a browser: open {outcome.path} by hand", markup=False)
 
 
 @app.command()
@@ -474,7 +477,7 @@ def kernels_verify(
     impls = select(op, impl, s.conn)
     with err.status("verifying…") as status:
         verdicts = run_verify(s, impls, force=force, timeout_s=timeout,
-                              progress=lambda m: status.update(m))
+                              progress=lambda m: status.update(escape(m)))
     if fmt == "table":
         out.print(verdict_table(verdicts))
         render_failures(err, verdicts)
@@ -539,7 +542,8 @@ def kernels_bench(
             done = run_bench(s, [i for i in impls if i.op == name], roof, shapes=shapes,
                              compile_=compile_, max_time_s=max_time, cache=cache,
                              dtype=dtype,
-                             progress=lambda m, n=n: status.update(f"[{n}/{len(ops)}] {m}"))
+                             progress=lambda m, n=n: status.update(
+                                 f"[{n}/{len(ops)}] {escape(m)}"))
         figures += done
         if fmt == "table" and done:
             out.print(bench_table(done, f"{name} ({dtype}, {cache} cache)"))
@@ -604,9 +608,9 @@ def kernels_add(
     _positive("--timeout", timeout)
     s = _kernel_session(db)
     impl = add_external(s, file)
-    with err.status(f"verifying {impl.key}…") as status:
+    with err.status(f"verifying {escape(impl.key)}…") as status:
         verdicts = run_verify(s, [impl], force=False, timeout_s=timeout,
-                              progress=lambda m: status.update(m))
+                              progress=lambda m: status.update(escape(m)))
     out.print(verdict_table(verdicts))
     render_failures(err, verdicts)
     if verdicts[0].status not in ("pass", "compiled"):
@@ -614,13 +618,13 @@ def kernels_add(
     register_external(s, impl, file)
     if verdicts[0].status == "compiled":
         err.print(f"{impl.key}: registered; it compiles but runs only where its device is "
-                  "(verify there)")
+                  "(verify there)", markup=False)
         return
     if bench:
         roof = roofline_for(s.conn, s.caps.profile, s.fingerprint, err)
         with err.status("benchmarking…") as status:
             figures = run_bench(s, [impl], roof, shapes="llm", compile_=False, max_time_s=0.3,
-                                progress=lambda m: status.update(m))
+                                progress=lambda m: status.update(escape(m)))
         out.print(bench_table(figures, f"{impl.op}: {impl.name} vs torch eager"))
     for device in dict.fromkeys(filter(None, [verdicts[0].device])):
         render_decision(out, resolve(impl.op, device, s.conn, s.fingerprint, s.caps))
@@ -646,7 +650,8 @@ def main() -> None:
 
 
 def _fail(message: str, code: int) -> None:
-    err.print(f"[bold red]error:[/bold red] {message}", highlight=False, markup=True,
+    # The message quotes what the user typed (a model name, a path): a Text, never markup.
+    err.print(Text.assemble(("error:", "bold red"), " ", message), highlight=False,
               soft_wrap=True)
     sys.exit(code)
 

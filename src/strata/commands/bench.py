@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.markup import escape
+from rich.progress import Progress
 
 from strata.bench.plan import BenchConfig, Job
 from strata.bench.records import record
@@ -21,6 +22,7 @@ from strata.measure.roofline import Roofline
 from strata.models.source import ResolvedModel
 from strata.store.hosts import latest_measurement, save_host, save_measurement
 from strata.store.runs import StoredResult, add_result, finish_run, start_run
+from strata.views.console import progress_bar
 
 # Weights must leave this share of available RAM free for activations, KV cache and the OS.
 RAM_HEADROOM = 0.9
@@ -70,8 +72,7 @@ def check_fits(models: dict[str, ResolvedModel], profile: HostProfile,
 
 
 def _progress(console: Console, total: int, tests_per_job: list[Any]) -> tuple[Progress, Events]:
-    bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                   TimeElapsedColumn(), console=console, transient=True)
+    bar = progress_bar(console)
     task = bar.add_task("starting", total=total)
 
     def started(job: Job) -> None:
@@ -126,11 +127,11 @@ def print_outcome(outcome: BenchOutcome, fmt: str, out: Console, err: Console) -
     if fmt == "table":
         if outcome.records:
             out.print(bench_table(outcome.records, title=f"strata bench · run {outcome.run_id}"))
-        for line in notes_lines(outcome.records):
-            err.print(f"[dim]note[/dim] {line}", highlight=False)
+        for line in notes_lines(outcome.records):  # name models as typed: escaped
+            err.print(f"[dim]note[/dim] {escape(line)}", highlight=False)
     else:
         out.file.write(FORMATS[fmt](outcome.records))
     for what, why in outcome.skipped:
-        err.print(f"[yellow]skipped[/yellow] {what}: {why}", highlight=False)
+        err.print(f"[yellow]skipped[/yellow] {escape(what)}: {escape(why)}", highlight=False)
     if not outcome.records:
         err.print("no results: every backend/model pair was skipped (see above)")

@@ -7,11 +7,12 @@ import sqlite3
 from pathlib import Path
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.markup import escape
 
 from strata.quality.run import Prepared, QualityConfig, QualityResult, prepare, run_quality
 from strata.quality.speed import decode_speed_ratio
 from strata.store.hosts import save_measurement
+from strata.views.console import progress_bar
 
 MEASUREMENT_KIND = "quality"  # hosts.measurements.kind, next to 'roofline' and 'telemetry'
 
@@ -38,8 +39,7 @@ def run_quality_command(conn: sqlite3.Connection, config: QualityConfig,
 
 def _scored(prepared: Prepared, backend: str, config: QualityConfig,
             console: Console) -> QualityResult:
-    bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                   TimeElapsedColumn(), console=console, transient=True)
+    bar = progress_bar(console)
     task = bar.add_task(f"{config.model} · {backend}: chunks of {config.ctx}",
                         total=prepared.plan.n_chunks)
     with bar:
@@ -58,9 +58,9 @@ def print_results(results: list[QualityResult], json_out: bool, out: Console,
     out.print(quality_table(records))
     for r in records:
         if r["ref"] is not None:
-            out.print(frontier_line(r), highlight=False)
-    for line in notes(records):
-        err.print(f"[dim]note[/dim] {line}", highlight=False)
+            out.print(frontier_line(r), highlight=False, markup=False)
+    for line in notes(records):  # model names and text paths as typed: escaped
+        err.print(f"[dim]note[/dim] {escape(line)}", highlight=False)
 
 
 def quality_main(model: str, ref: str | None, text: Path | None, ctx: int, backend: str,

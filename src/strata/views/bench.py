@@ -7,6 +7,8 @@ from typing import Any
 from rich.table import Table
 from rich.text import Text
 
+from strata.views.console import plain
+
 
 def _eta(value: float | None) -> Text:
     if value is None:
@@ -30,8 +32,9 @@ def bench_table(records: list[dict[str, Any]], title: str = "strata bench") -> T
     for r in records:
         ceiling = r["prefill_ceiling_ts"] if r["test"].startswith("pp") and "+" not in r["test"] \
             else r["decode_ceiling_ts"]
-        t.add_row(r["model_filename"], r["backend"], r["test"], _tps(r), str(r["n"] or "-"),
-                  f"{ceiling:,.1f}" if ceiling else "-", _eta(r["eta"]), r["bound"] or "-",
+        t.add_row(plain(r["model_filename"]), plain(r["backend"]), plain(r["test"]), _tps(r),
+                  str(r["n"] or "-"), f"{ceiling:,.1f}" if ceiling else "-", _eta(r["eta"]),
+                  plain(r["bound"] or "-"),
                   f"{r['ttft_ms']:,.1f}" if r["ttft_ms"] is not None else "-")
     return t
 

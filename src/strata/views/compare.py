@@ -6,6 +6,7 @@ from rich.table import Table
 from rich.text import Text
 
 from strata.compare import ALPHA, HistoryRow, Pair, primary_metric
+from strata.views.console import plain
 
 
 def _speedup(p: Pair) -> Text:
@@ -21,8 +22,9 @@ def _sig(p: Pair) -> str:
 
 
 def compare_table(pairs: list[Pair], label_a: str, label_b: str) -> Table:
-    t = Table(title=f"B = {label_b} vs A = {label_a} (speedup = B / A; significant: Welch "
-                    f"p < {ALPHA})", title_justify="left")
+    # The labels are the selectors the user typed: a Text title, never markup or emoji.
+    t = Table(title=plain(f"B = {label_b} vs A = {label_a} (speedup = B / A; significant: "
+                          f"Welch p < {ALPHA})"), title_justify="left")
     for col, just in (("model", "left"), ("backend A/B", "left"), ("test", "left"),
                       ("A t/s", "right"), ("B t/s", "right"), ("speedup", "right"),
                       ("p, significant", "left")):
@@ -31,7 +33,8 @@ def compare_table(pairs: list[Pair], label_a: str, label_b: str) -> Table:
         a_sd = p.a.metrics[p.metric].get("sd", 0.0)
         b_sd = p.b.metrics[p.metric].get("sd", 0.0)
         backends = p.a.backend if p.a.backend == p.b.backend else f"{p.a.backend}/{p.b.backend}"
-        t.add_row(p.a.model, backends, p.a.test, f"{p.a_mean:,.2f} ± {a_sd:,.2f}",
+        t.add_row(plain(p.a.model), plain(backends), plain(p.a.test),
+                  f"{p.a_mean:,.2f} ± {a_sd:,.2f}",
                   f"{p.b_mean:,.2f} ± {b_sd:,.2f}", _speedup(p), _sig(p))
     return t
 
@@ -44,6 +47,6 @@ def history_table(rows: list[HistoryRow]) -> Table:
         r = h.result
         value = r.metrics.get(primary_metric(r), {})
         tps = f"{value['mean']:,.2f} ± {value.get('sd', 0):,.2f}" if value else "-"
-        t.add_row(str(r.run_id), h.started_at, h.status, h.fingerprint[:8], h.git_commit or "-",
-                  r.model, r.backend, r.test, tps)
+        t.add_row(str(r.run_id), h.started_at, h.status, h.fingerprint[:8],
+                  *map(plain, (h.git_commit or "-", r.model, r.backend, r.test)), tps)
     return t

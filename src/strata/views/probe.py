@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from rich.console import Console, Group
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
 from strata.hardware.profile import CpuInfo, HostProfile, SupportVerdict
 from strata.measure.roofline import DeviceRoofline, Roofline
+from strata.views.console import plain
 
 STATUS_STYLE = {"supported": "green", "partial": "yellow", "unsupported": "bold red",
                 "unknown": "dim"}
@@ -46,7 +48,7 @@ def cpu_table(cpu: CpuInfo) -> Table:
         ("RAM", f"{_gib(cpu.ram_total_bytes)} total, {_gib(cpu.ram_available_bytes)} available"),
     ]
     for k, v in rows:
-        t.add_row(k, v)
+        t.add_row(k, plain(v))
     return t
 
 
@@ -58,8 +60,8 @@ def gpu_table(profile: HostProfile) -> Table | Text:
         t.add_column(col)
     for g in profile.gpus:
         bus = f"{g.bus_width_bits} bit" if g.bus_width_bits else "?"
-        t.add_row(g.key, g.name, g.arch or "?", _gib(g.memory_total_bytes), bus,
-                  g.driver_version or "?", g.source)
+        t.add_row(g.key, plain(g.name), plain(g.arch or "?"), _gib(g.memory_total_bytes), bus,
+                  plain(g.driver_version or "?"), plain(g.source))
     return t
 
 
@@ -74,7 +76,7 @@ def software_table(profile: HostProfile) -> Table:
                  ("torch arch list", arch), ("llama.cpp", sw.llama_cpp or "not installed"),
                  ("triton", sw.triton or "not installed"),
                  ("nvidia driver", sw.nvidia_driver or "-"), ("env", _env(sw.env))):
-        t.add_row(k, v)
+        t.add_row(k, plain(v))
     return t
 
 
@@ -87,11 +89,11 @@ def verdict_table(verdicts: list[SupportVerdict]) -> Table:
     for col in ("device", "status", "works", "fails", "why / remedy"):
         t.add_column(col, overflow="fold")
     for v in verdicts:
-        why = "; ".join(v.reasons)
+        why = Text("; ".join(v.reasons))  # reasons quote error text: never markup
         if v.remedy:
-            why += f"\n[bold]remedy:[/bold] {v.remedy}"
+            why.append("\nremedy:", style="bold").append(f" {v.remedy}")
         t.add_row(v.device, Text(v.status, style=STATUS_STYLE.get(v.status, "")),
-                  ", ".join(v.works) or "-", ", ".join(v.fails) or "-", why)
+                  plain(", ".join(v.works) or "-"), plain(", ".join(v.fails) or "-"), why)
     return t
 
 
@@ -107,7 +109,7 @@ def unknown_table(profile: HostProfile) -> Table | None:
     t.add_column("what")
     t.add_column("why", overflow="fold")
     for k, v in rows:
-        t.add_row(k, v)
+        t.add_row(k, plain(v))
     return t
 
 
@@ -145,7 +147,7 @@ def roofline_table(roofline: Roofline) -> Table:
         t.add_column(col, overflow="fold")
     for dev in roofline.devices:
         for row in device_rows(dev):
-            t.add_row(*row)
+            t.add_row(*map(plain, row))
     return t
 
 
@@ -159,9 +161,9 @@ def ridge_lines(roofline: Roofline) -> list[str]:
                      f"{dev.device}: bandwidth not measured")
         if ridges:
             lines[-1] += f"; ridge point (FLOP/byte) {ridges}"
-        lines += [f"  [yellow]note:[/yellow] {note}" for note in dev.notes]
+        lines += [f"  [yellow]note:[/yellow] {escape(note)}" for note in dev.notes]
         for key, why in dev.unknown.items():
-            lines.append(f"  [dim]{key}: {why}[/dim]")
+            lines.append(f"  [dim]{escape(f'{key}: {why}')}[/dim]")
     return lines
 
 
@@ -170,4 +172,4 @@ def render_roofline(console: Console, roofline: Roofline) -> None:
     for line in ridge_lines(roofline):
         console.print(line)
     for key, why in roofline.unknown.items():
-        console.print(f"[dim]{key}: {why}[/dim]")
+        console.print(plain(f"{key}: {why}", style="dim"))

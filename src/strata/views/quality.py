@@ -6,6 +6,8 @@ from typing import Any
 
 from rich.table import Table
 
+from strata.views.console import plain
+
 Record = dict[str, Any]
 FLOAT_LABELS = ("f32", "f16", "bf16")  # storage types both backends compute without rounding
 
@@ -24,8 +26,8 @@ def _ci(r: Record) -> str:
 
 
 COLUMNS: list[tuple[str, str, Any]] = [  # header, justify, cell
-    ("model", "left", lambda r: r["model"]),
-    ("backend", "left", lambda r: r["backend"]),
+    ("model", "left", lambda r: plain(r["model"])),
+    ("backend", "left", lambda r: plain(r["backend"])),
     ("PPL ± SD", "right", _ppl),
     ("PPL 95% CI (chunks)", "right", _ci),
     ("ref PPL", "right", lambda r: _num(r["ref_ppl"], ",.4f")),
@@ -41,7 +43,7 @@ COLUMNS: list[tuple[str, str, Any]] = [  # header, justify, cell
 def quality_table(records: list[Record]) -> Table:
     refs = {r["ref"] for r in records if r["ref"]}
     title = "strata quality" + (f" · reference {', '.join(sorted(refs))}" if refs else "")
-    t = Table(title=title, title_justify="left")
+    t = Table(title=plain(title), title_justify="left")  # names the user typed: not markup
     for header, justify, _cell in COLUMNS:
         t.add_column(header, justify=justify, overflow="fold")  # type: ignore[arg-type]
     for r in records:
