@@ -12,6 +12,7 @@ import hashlib
 import os
 import shutil
 import subprocess
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -85,7 +86,8 @@ def build_with(compiler: Compiler, source: Path, flags: tuple[str, ...],
     lib = out_dir / f"{source.stem.replace('.', '-')}-{key}.so"
     if lib.exists():
         return lib
-    tmp = lib.with_suffix(f".{os.getpid()}.tmp")  # atomic publish: concurrent builds never clash
+    # atomic publish: concurrent builds (processes or threads) never clash
+    tmp = lib.with_suffix(f".{os.getpid()}-{threading.get_ident()}.tmp")
     proc = subprocess.run([compiler.path, *flags, str(source), "-o", str(tmp), *libs],
                           capture_output=True, text=True, timeout=600)
     if proc.returncode != 0:

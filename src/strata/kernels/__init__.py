@@ -30,7 +30,9 @@ class Choice:
 
     def _params(self, params: dict[str, Any]) -> dict[str, Any]:
         from strata.errors import InputError
+        from strata.kernels.contract import check_params
 
+        check_params(self.spec, params)
         merged = {**self.spec.params, **params}
         missing = [k for k, v in merged.items() if v is None]
         if missing:
@@ -38,8 +40,16 @@ class Choice:
         return merged
 
     def __call__(self, out: Any, *inputs: Any, **params: Any) -> Any:
+        """Compute the op into `out`. Every tensor must be contiguous, on the decision's
+        device, of the kinds and ranks the op takes (docs/kernels-abi.md) and, for a chosen
+        kernel, of a dtype it declares; `out` must have the shape the inputs give. Anything
+        else raises InputError naming the argument — no copy is made behind your back."""
+        from strata.kernels.contract import check_call
+
         merged = self._params(params)
         impl = self.decision.impl
+        check_call(self.spec, out, inputs, merged, impl.dtypes if impl else None,
+                   self.decision.device)
         if impl is None:  # vendor path or fallback: the torch op, written into `out`
             return out.copy_(self.spec.vendor()(*inputs, **merged))
         if self._kernel is None:

@@ -14,6 +14,7 @@ resolvers run during relocation) and libraries the build did not ask for.
 from __future__ import annotations
 
 import re
+import threading
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -166,14 +167,22 @@ def _baseline(dialect: str, flags: tuple[str, ...]) -> ElfFacts:
     folder.mkdir(parents=True, exist_ok=True)
     if dialect == "cuda":
         src = folder / "baseline.cu"
-        src.write_text("__global__ void strata_baseline_k(float *x) { x[0] = 1.0f; }\n"
+        _write_once(src, "__global__ void strata_baseline_k(float *x) { x[0] = 1.0f; }\n"
                        "extern \"C\" void strata_baseline(float *x) "
                        "{ strata_baseline_k<<<1, 1>>>(x); }\n")
         return read_facts(build_cuda(src, flags, folder))
     src = folder / "baseline.c"
-    src.write_text("void strata_baseline(float *x, long n) {\n#pragma omp parallel for\n"
+    _write_once(src, "void strata_baseline(float *x, long n) {\n#pragma omp parallel for\n"
                    "for (long i = 0; i < n; i++) x[i] = 1.0f; }\n")
     return read_facts(build_shared(src, flags, folder))
+
+
+def _write_once(path: Path, text: str) -> None:
+    """Concurrent checks share the file: write it only when absent or different."""
+    if not path.exists() or path.read_text() != text:
+        tmp = path.with_suffix(f".{threading.get_ident()}.tmp")
+        tmp.write_text(text)
+        tmp.replace(path)
 
 
 def check_library(path: Path, dialect: str, flags: tuple[str, ...]) -> list[str]:

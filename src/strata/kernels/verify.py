@@ -145,7 +145,7 @@ def run_pending(pending: Pending, caps: HostCaps) -> dict[str, Any]:
     impl = pending.impl
     try:
         extra = get_dialect(impl.dialect).prepare(impl, caps)
-    except CompileError as exc:
+    except (CompileError, OSError) as exc:
         return _failed(checks.BUILD_FAILED, str(exc)[:1500])
     except KernelRefused as exc:
         return _failed(exc.reason, f"refused before loading: {exc.findings[0]}",

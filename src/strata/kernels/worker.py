@@ -162,16 +162,24 @@ class Verifier:
                 ref = oracle(spec, inputs, params)
             outs.append((fill, nthreads, out.view))
         first = outs[0][2]
+
+        def one_thread_again() -> bool:
+            """A race repeats on one thread; a kernel that went wrong by itself does not."""
+            out = nan_out(spec, shape, dtype, self.device)
+            with self.threads.limit(1):
+                self.kernel.bind(out, inputs, params)()
+            return checks.compare(out, ref, spec.tolerance(dtype)) is None
+
         failure = (checks.unchanged_inputs(raw, inputs, spec.inputs)
                    or self._stale(first, ref, earlier)
                    or checks.constant_output(first, ref)
-                   or self._judge_calls(outs, ref, spec.tolerance(dtype)))
+                   or self._judge_calls(outs, ref, spec.tolerance(dtype), one_thread_again))
         previous[key] = (first.detach().cpu(), ref)
         self._track_error(first, ref)
         return failure
 
     def _judge_calls(self, outs: list[tuple[str, int | None, Any]], ref: Any,
-                     tol: Any) -> Failure | None:
+                     tol: Any, one_thread_again: Any) -> Failure | None:
         """Each call against the reference, named by what differed between the calls."""
         results = [(fill, n, checks.compare(out, ref, tol)) for fill, n, out in outs]
         bad = [(fill, n, f) for fill, n, f in results if f is not None]
@@ -180,7 +188,9 @@ class Verifier:
                 checks.runs_agree(outs[0][2], outs[2][2], tol, ref)
         fill, nthreads, failure = bad[0]
         single_ok = any(n == 1 and f is None for _, n, f in results)
-        if single_ok and nthreads != 1 and self.threads.active:
+        # A race computes wrong values; an unwritten (still NaN) output is skipped work.
+        if single_ok and nthreads != 1 and self.threads.active and \
+                failure.reason == checks.WRONG_RESULT and one_thread_again():
             team = nthreads or "the default number of"
             return Failure(checks.DATA_RACE, f"right on 1 thread, wrong on {team} threads: "
                            f"{failure.message}", failure.details)
