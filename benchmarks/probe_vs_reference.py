@@ -126,7 +126,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as home:
         env = {**os.environ, "STRATA_HOME": home}
         t = time.perf_counter()
-        proc = subprocess.run([sys.executable, "-m", "strata.cli", "probe", "--measure", "--json"],
+        proc = subprocess.run([sys.executable, "-m", "strata.cli", "probe", "--measure",
+                               "--json", "--allow-busy"],
                               capture_output=True, text=True, env=env)
         wall = time.perf_counter() - t
     status = "ok" if proc.returncode == 0 else f"FAILED rc={proc.returncode}"

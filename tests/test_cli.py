@@ -43,7 +43,8 @@ def test_probe_table_output(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_measure_stores_roofline_reused_later(tmp_path: Path) -> None:
-    first = run_cli("probe", "--measure", "--json", "--no-smoke", home=tmp_path)
+    first = run_cli("probe", "--measure", "--json", "--no-smoke", "--allow-busy",
+                    home=tmp_path)
     assert first.returncode == 0, first.stderr
     roof = json.loads(first.stdout)["roofline"]
     cpu = roof["devices"][0]
@@ -109,7 +110,7 @@ def test_probe_completes_without_torch(tmp_path: Path) -> None:
     blocker.mkdir(parents=True)
     (blocker / "__init__.py").write_text(
         "raise ModuleNotFoundError(\"No module named 'torch'\", name='torch')\n")
-    proc = run_cli("probe", "--measure", "--json", home=tmp_path,
+    proc = run_cli("probe", "--measure", "--json", "--allow-busy", home=tmp_path,
                    env={"PYTHONPATH": str(tmp_path / "block")})
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from strata.kernels.bench import Figure
@@ -56,20 +57,20 @@ def verdict_table(verdicts: list[Verdict]) -> Table:
     for col in ("op", "impl", "device", "status", "cases", "max rel err", "detail"):
         t.add_column(col, overflow="fold", justify="right" if col in ("cases",) else "left")
     for v in verdicts:
-        detail = v.message if v.status != "pass" else ""
+        detail = escape(v.message) if v.status != "pass" else ""
         if v.reason:
-            detail = f"{v.reason}: {v.message}" + (f" ({v.where})" if v.where else "")
+            detail = escape(f"{v.reason}: {v.message}" + (f" ({v.where})" if v.where else ""))
         if v.cached:
             detail = (detail + " " if detail else "") + "[dim](cached)[/dim]"
-        t.add_row(v.impl.op, v.impl.name, v.device or "-", _styled(v.status), str(v.cases),
-                  _fmt(v.max_rel_err, ".1e"), detail)
+        t.add_row(v.impl.op, escape(v.impl.name), v.device or "-", _styled(v.status),
+                  str(v.cases), _fmt(v.max_rel_err, ".1e"), detail)
     return t
 
 
 def render_failures(console: Console, verdicts: list[Verdict]) -> None:
     for v in verdicts:
         if v.status == "fail" and v.details:
-            console.print(f"[bold]{v.impl.key}[/bold] first mismatches:")
+            console.print(f"[bold]{escape(v.impl.key)}[/bold] first mismatches:")
             for line in v.details:
                 console.print(f"  {line}", highlight=False, markup=False)
 
@@ -103,10 +104,10 @@ def bench_table(figures: list[Figure], title: str) -> Table:
         r = figure_record(f)
         shape = r["shape"] if r["shape"] != last_shape else ""
         last_shape = r["shape"]
-        t.add_row(shape, f.impl, _fmt(r["median_us"], ".1f"), _fmt(r["iqr_us"], ".1f"),
+        t.add_row(shape, escape(f.impl), _fmt(r["median_us"], ".1f"), _fmt(r["iqr_us"], ".1f"),
                   _fmt(r["gbs"], ".1f"), _pct(f.frac_bw), _fmt(r["gflops"], ".1f"),
                   _pct(f.frac_flops), _speedup(f.speedup_eager), _speedup(f.speedup_compile),
-                  r["note"])
+                  escape(r["note"]))
     return t
 
 
@@ -136,7 +137,7 @@ def list_table(records: list[dict[str, Any]]) -> Table:
     for r in records:
         op = r["op"] if r["op"] != last_op else ""
         last_op = r["op"]
-        t.add_row(op, r["impl"], r["dialect"], r["requires"], r["available"],
+        t.add_row(op, escape(r["impl"]), r["dialect"], r["requires"], r["available"],
                   _styled(r["verified"]), _speed_cell(r), r["origin"])
     return t
 
@@ -155,14 +156,14 @@ def _speed_cell(r: dict[str, Any]) -> str:
 # -- explain -----------------------------------------------------------------------------------
 
 def render_decision(console: Console, d: Decision) -> None:
-    console.print(f"[bold]{d.op}[/bold] on {d.device}: {_styled(d.outcome)} → "
-                  f"[bold]{d.chosen}[/bold]"
+    console.print(f"[bold]{escape(d.op)}[/bold] on {escape(d.device)}: "
+                  f"{_styled(d.outcome)} → [bold]{escape(d.chosen)}[/bold]"
                   + (f" ({d.speedup:.2f}x torch eager)" if d.speedup else ""))
     for note in d.notes:
-        console.print(f"  [yellow]{note}[/yellow]")
+        console.print(f"  [yellow]{escape(note)}[/yellow]")
     t = Table(show_header=True, box=None, pad_edge=False)
     for col in ("implementation", "decision", "why"):
         t.add_column(col, overflow="fold")
     for e in d.trace:
-        t.add_row(e.impl, _styled(e.verdict), e.reason)
+        t.add_row(escape(e.impl), _styled(e.verdict), escape(e.reason))
     console.print(t)
