@@ -233,3 +233,25 @@ def test_a_confined_process_writes_only_its_scratch_and_starts_nothing(tmp_path:
         assert lines["LEVEL"].startswith("landlock")
         assert lines["outside"] == "denied" and not outside.exists()
     assert {lines[k] for k in ("exec", "socket", "fork")} == {"denied"}, run.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/stat").exists(), reason="needs Linux /proc")
+def test_kernel_figures_timed_on_a_busy_host_say_so(kernel_session: Session) -> None:
+    """A busy loop outside strata's process tree while the kernel lab times: every figure
+    carries the busy-host verdict (stored with the row, shown in the note)."""
+    from strata.kernels.bench import BenchContext, BenchSettings, bench_op
+    from strata.kernels.registry import find
+    from strata.kernels.sandbox import SandboxPolicy
+    from tests.test_busy_host import _detached_spinner
+
+    s = kernel_session
+    vctx = VerifyContext(s.conn, s.fingerprint, s.caps)
+    settings = BenchSettings(shapes="verify", compile=False, max_time_s=0.02, max_reps=20)
+    ctx = BenchContext(vctx, None, settings, SandboxPolicy(timeout_s=600))
+    with _detached_spinner():
+        figures = bench_op("silu_mul", [find("silu_mul", "c.naive", s.conn)], ctx)
+    assert figures
+    for fig in figures:
+        assert any(f.startswith("host busy: other processes used") for f in fig.flags), \
+            fig.to_dict()

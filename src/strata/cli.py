@@ -456,12 +456,16 @@ def kernels_verify(
 ) -> None:
     """Prove implementations correct, each in a sandboxed subprocess.
 
-    Every implementation runs in its own process (timeout, memory limit) on several shapes
-    (ragged ones included), seeds and input distributions: outputs pre-filled with NaN,
-    candidate → float64 reference → candidate, inputs must stay unchanged, outputs must
-    depend on the inputs and not be constant, NaN/Inf parity, tolerance
-    |out - ref| <= atol*max(1, rms(ref)) + rtol*|ref|. Verdicts are cached per host and
-    source hash. Triton runs under its interpreter without a GPU; CUDA sources are
+    Compiled kernels are first checked for what they link to (libm, memory and OpenMP only;
+    no constructors); each worker then confines itself (Landlock: writes only in a private
+    scratch dir; seccomp: no processes, exec or sockets) before it loads the kernel — the
+    table's caption names the level. Several shapes (ragged ones included), seeds and input
+    distributions; every case is called three times on canary-guarded buffers with the
+    output pre-filled with NaN, zeros, random values or another input's answer, on one, the
+    default and an oversubscribed number of threads, and every call must be right; inputs
+    unchanged; outputs must depend on the inputs and not be constant; NaN/Inf parity;
+    tolerance |out - ref| <= atol*max(1, rms(ref)) + rtol*|ref|. Verdicts are cached per
+    host and source hash. Triton runs under its interpreter without a GPU; CUDA sources are
     compile-checked when nvcc is present but no GPU is. Exit code 1 if any fails.
 
     [bold]Examples[/bold]
@@ -511,12 +515,15 @@ def kernels_bench(
 ) -> None:
     """Time verified implementations against torch eager and torch.compile, side by side.
 
-    Same inputs for every contender; the cache is flushed before each call with a buffer
-    ≥ 2x the probed last-level cache (GPU: 2x L2); warm-up by time; median and IQR;
-    achieved GB/s and GFLOP/s as a share of this host's measured roofline (measured first
-    if missing). Unverified implementations are verified first; only passing ones are
-    timed. Each contender is also checked at every benchmarked shape. Speedups > 10x are
-    re-timed and flagged. Rows are stored for dispatch.
+    Baselines time in their own trusted process, kernels in a confined one, on the same
+    stream of inputs: every call gets inputs it has never seen and a poisoned output, and
+    the timed calls' outputs are checked afterwards. The cache is flushed before each call
+    with a buffer ≥ 2x the probed last-level cache (GPU: 2x L2); warm-up by time; median
+    and IQR; GB/s and GFLOP/s as a share of this host's measured roofline (measured first if
+    missing; re-measured when a result beats it by > 5%). A time beyond the roofline is
+    disqualified; speedups > 10x are re-timed in new processes on new inputs; a noisy
+    eager baseline is re-measured and, if still noisy, its shape does not count. Rows are
+    stored for dispatch.
 
     [bold]Examples[/bold]
       strata kernels bench rmsnorm

@@ -18,10 +18,17 @@ from strata.errors import InputError
 from strata.hardware.microbench import measure_host
 from strata.hardware.probe import probe_host
 from strata.hardware.profile import HostProfile
+from strata.measure.peakguard import PeakKeeper
 from strata.measure.roofline import Roofline
 from strata.models.source import ResolvedModel
 from strata.store.hosts import latest_measurement, save_host, save_measurement
-from strata.store.runs import StoredResult, add_result, finish_run, start_run
+from strata.store.runs import (
+    StoredResult,
+    add_result,
+    finish_run,
+    start_run,
+    update_explanation,
+)
 from strata.views.console import progress_bar
 
 # Weights must leave this share of available RAM free for activations, KV cache and the OS.
@@ -44,16 +51,35 @@ def probe_and_store(conn: sqlite3.Connection, console: Console) -> tuple[HostPro
 
 def roofline_for(conn: sqlite3.Connection, profile: HostProfile, fingerprint: str,
                  console: Console) -> Roofline:
-    """This host's stored roofline; measured first (and stored) if the host has none."""
+    """This host's stored roofline; measured first (and stored) if the host has none. As
+    with `probe --measure`, a roofline measured while the host stayed busy is used for this
+    run only and not stored: it is known to be low."""
+    from strata.commands.probe import busy_refusal, measure_until_quiet
+
     stored = latest_measurement(conn, fingerprint, "roofline")
     if stored:
         return Roofline.from_dict(stored)
     console.print("no roofline stored for this host yet: measuring it once "
                   "(strata probe --measure)…")
     with console.status("measuring roofline…") as status:
-        roof = measure_host(profile, progress=lambda m: status.update(f"measuring: {m}"))
-    save_measurement(conn, fingerprint, "roofline", roof.to_dict())
+        roof = measure_until_quiet(
+            lambda say: measure_host(profile, progress=say),
+            lambda m: status.update(f"measuring: {escape(m)}"))
+    if roof.measured_busy:
+        console.print(f"[yellow]{escape(busy_refusal(roof))}[/yellow]; using it for this run")
+    else:
+        save_measurement(conn, fingerprint, "roofline", roof.to_dict())
     return roof
+
+
+def peak_keeper(conn: sqlite3.Connection, profile: HostProfile, fingerprint: str,
+                roof: Roofline) -> PeakKeeper:
+    """Re-measures a peak that a result beats by > 5% and stores the corrected roofline."""
+    from strata.hardware.microbench import host_remeasure
+
+    return PeakKeeper(roof, host_remeasure(profile),
+                      save=lambda r: save_measurement(conn, fingerprint, "roofline",
+                                                      r.to_dict()))
 
 
 def check_fits(models: dict[str, ResolvedModel], profile: HostProfile,
@@ -108,7 +134,9 @@ def run_bench(conn: sqlite3.Connection, config: BenchConfig, console: Console) -
     try:
         with bar:
             outcome = Runner(config, roof, store, events,
-                             profile.cpu.last_level_cache_bytes()).run(models)
+                             profile.cpu.last_level_cache_bytes(),
+                             peaks=peak_keeper(conn, profile, fingerprint, roof),
+                             update=lambda r: update_explanation(conn, r)).run(models)
         status = "complete"
     except KeyboardInterrupt:
         status = "incomplete"  # Ctrl-C: keep what finished, say so, print it

@@ -141,14 +141,18 @@ def run_bench(s: Session, impls: list[Implementation], roofline: object, *, shap
               compile_: bool, max_time_s: float, progress: Callable[[str], None],
               timeout_s: float = 900.0, cache: str = "cold",
               dtype: str = "float32") -> list:  # list[Figure]
+    from strata.commands.bench import peak_keeper
     from strata.kernels.bench import BenchContext, BenchSettings, bench_op
 
     vctx = VerifyContext(s.conn, s.fingerprint, s.caps, SandboxPolicy(timeout_s=300.0),
                          progress=progress)
     settings = BenchSettings(shapes=shapes, compile=compile_, max_time_s=max_time_s,
                              cache=cache, dtype=dtype)
+    peaks = peak_keeper(s.conn, s.caps.profile, s.fingerprint, roofline) \
+        if roofline is not None and s.caps.profile is not None else None
     ctx = BenchContext(vctx, roofline, settings,  # type: ignore[arg-type]
-                       SandboxPolicy(timeout_s=timeout_s), default_jobs(), progress)
+                       SandboxPolicy(timeout_s=timeout_s), default_jobs(), progress,
+                       peaks)  # type: ignore[arg-type]
     figures = []
     for op in dict.fromkeys(i.op for i in impls):
         figures += bench_op(op, [i for i in impls if i.op == op], ctx)

@@ -163,23 +163,26 @@ class Verifier:
             outs.append((fill, nthreads, out.view))
         first = outs[0][2]
 
-        def one_thread_again() -> bool:
-            """A race repeats on one thread; a kernel that went wrong by itself does not."""
+        def right_again(fill: str, nthreads: int | None) -> bool:
+            """One more call in the given conditions: a cause is named only when the
+            kernel is right again where it was right before (a kernel that simply went
+            wrong after some calls is wrong either way)."""
             out = nan_out(spec, shape, dtype, self.device)
-            with self.threads.limit(1):
+            buffers.prefill(out, fill, earlier[1] if earlier else None)
+            with self.threads.limit(nthreads):
                 self.kernel.bind(out, inputs, params)()
             return checks.compare(out, ref, spec.tolerance(dtype)) is None
 
         failure = (checks.unchanged_inputs(raw, inputs, spec.inputs)
                    or self._stale(first, ref, earlier)
                    or checks.constant_output(first, ref)
-                   or self._judge_calls(outs, ref, spec.tolerance(dtype), one_thread_again))
+                   or self._judge_calls(outs, ref, spec.tolerance(dtype), right_again))
         previous[key] = (first.detach().cpu(), ref)
         self._track_error(first, ref)
         return failure
 
     def _judge_calls(self, outs: list[tuple[str, int | None, Any]], ref: Any,
-                     tol: Any, one_thread_again: Any) -> Failure | None:
+                     tol: Any, right_again: Any) -> Failure | None:
         """Each call against the reference, named by what differed between the calls."""
         results = [(fill, n, checks.compare(out, ref, tol)) for fill, n, out in outs]
         bad = [(fill, n, f) for fill, n, f in results if f is not None]
@@ -190,11 +193,11 @@ class Verifier:
         single_ok = any(n == 1 and f is None for _, n, f in results)
         # A race computes wrong values; an unwritten (still NaN) output is skipped work.
         if single_ok and nthreads != 1 and self.threads.active and \
-                failure.reason == checks.WRONG_RESULT and one_thread_again():
+                failure.reason == checks.WRONG_RESULT and right_again("nan", 1):
             team = nthreads or "the default number of"
             return Failure(checks.DATA_RACE, f"right on 1 thread, wrong on {team} threads: "
                            f"{failure.message}", failure.details)
-        if fill != "nan" and results[0][2] is None:
+        if fill != "nan" and results[0][2] is None and right_again("nan", nthreads):
             return Failure(checks.READS_OUTPUT, f"right when the output held NaN, wrong when "
                            f"it held {fill.replace('_', ' ')}: the kernel depends on what "
                            f"the output buffer held before the call ({failure.message})",

@@ -6,6 +6,7 @@ from rich.table import Table
 from rich.text import Text
 
 from strata.fit import FITS, NO, PARTIAL, DeviceFit, Eta, FitReport, Prediction
+from strata.views.console import plain
 
 GiB, MiB = 2**30, 2**20
 VERDICT_STYLE = {FITS: "green", PARTIAL: "yellow", NO: "red"}
@@ -28,7 +29,7 @@ def fit_table(report: FitReport) -> Table:
     kv = report.model["kv_type"]
     title = (f"strata fit · {report.model['ref']} · {o.backend} · ctx {o.ctx:,} x batch "
              f"{o.batch} · KV {kv}")
-    t = Table(title=title, title_justify="left")
+    t = Table(title=plain(title), title_justify="left")  # the model ref as typed
     for col, just in (("device", "left"), ("weights", "right"), ("KV", "right"),
                       ("buffers", "right"), ("overhead", "right"), ("total", "right"),
                       ("available", "right"), ("verdict", "left"), ("-ngl", "right"),
@@ -37,7 +38,8 @@ def fit_table(report: FitReport) -> Table:
     for row in report.rows:
         m = row.placement.device
         ngl = row.placement.ngl
-        t.add_row(f"{row.budget.device} ({row.budget.name})", size(m.weights), size(m.kv),
+        t.add_row(plain(f"{row.budget.device} ({row.budget.name})"), size(m.weights),
+                  size(m.kv),
                   size(m.buffers), size(m.overhead), size(m.total), size(row.budget.available),
                   Text(row.verdict_text, style=VERDICT_STYLE.get(row.verdict, "dim")),
                   "-" if ngl is None or row.verdict == NO else str(ngl), _max_ctx(row))
