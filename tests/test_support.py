@@ -11,22 +11,16 @@ from typing import Any
 import pytest
 
 from strata.hardware.profile import GpuInfo, HostProfile, SmokeResult, SoftwareStack
-from strata.hardware.support import (
+from strata.hardware.support import check_rules, cpu_verdict, smoke_device_for, verdict_for
+from strata.hardware.vendors.amd import INVALID_DEVICE_FUNCTION, override_to_gfx
+from strata.hardware.vendors.nvidia import (
     DRIVER_INSUFFICIENT,
-    FACTS_PATH,
-    INVALID_DEVICE_FUNCTION,
     NO_KERNEL_IMAGE,
     UNSUPPORTED_PTX,
-    check_rules,
-    cpu_verdict,
-    load_facts,
     match_cuda_kernels,
-    override_to_gfx,
     parse_cuda_arch,
-    smoke_device_for,
-    verdict_for,
-    version_tuple,
 )
+from strata.hardware.vendors.rules import FACTS_PATH, load_facts, version_tuple
 
 PROBES = Path(__file__).parent / "fixtures" / "probes"
 
