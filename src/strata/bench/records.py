@@ -1,4 +1,5 @@
-"""One flat record per stored result: the schema every printer reads (DESIGN §2 principle 4).
+"""One flat record per stored result: the schema every printer reads
+(docs/architecture.md, "Results and printers").
 
 Field names follow llama-bench's JSON/CSV output where a field maps (model_filename,
 n_prompt, n_gen, n_depth, avg_ts, stddev_ts, samples_ts, avg_ns, ...); strata's own fields
@@ -13,6 +14,14 @@ from strata.bench.scenario import BenchTest
 from strata.store.runs import StoredResult
 
 PRIMARY = {"pp": "prefill_tps", "tg": "decode_tps", "pg": "combined_tps"}
+
+# Load settings a run can sweep, as (record field, short header), in llama-bench's column
+# order. type_v gets no column: one -ctk flag sets both K and V, so it never differs from
+# type_k. Depth needs none either: it is part of the test name (pp512@d4096).
+SETTINGS: tuple[tuple[str, str], ...] = (
+    ("n_gpu_layers", "ngl"), ("n_threads", "threads"), ("n_batch", "batch"),
+    ("n_ubatch", "ubatch"), ("type_k", "KV type"), ("flash_attn", "fa"),
+    ("device", "device"), ("dtype", "dtype"))
 
 
 def _primary(r: StoredResult) -> dict[str, Any]:
@@ -43,6 +52,7 @@ def record(r: StoredResult) -> dict[str, Any]:
         "n_threads": r.info.get("threads", lc.get("threads")),
         "n_gpu_layers": lc.get("n_gpu_layers"), "flash_attn": lc.get("flash_attn"),
         "type_k": lc.get("kv_type"), "type_v": lc.get("kv_type"),
+        "device": lc.get("device"), "dtype": lc.get("dtype"),
         "n_prompt": r.n_prompt, "n_gen": r.n_gen, "n_depth": r.n_depth,
         "test_time": r.created_at,
         "avg_ns": e2e.get("mean", 0) * 1e9, "stddev_ns": e2e.get("sd", 0) * 1e9,
@@ -59,6 +69,8 @@ def record(r: StoredResult) -> dict[str, Any]:
         "eta": eta, "bound": ex.get("bound"),
         "decode_ceiling_ts": ex.get("decode_ceiling_tps"),
         "prefill_ceiling_ts": ex.get("prefill_ceiling_tps"),
+        # the ceiling this test is judged against: prefill for pp, decode for tg and pp+tg
+        "ceiling_ts": ex.get("prefill_ceiling_tps" if kind == "pp" else "decode_ceiling_tps"),
         "bytes_per_token": ex.get("bytes_per_token"),
         "peak_rss_bytes": r.info.get("memory", {}).get("peak_proc.rss_bytes"),
         "throttled": verdict.get("throttled"),
@@ -69,6 +81,22 @@ def record(r: StoredResult) -> dict[str, Any]:
                   + _peak_notes(r) + _sustained_note(r) + _throttle_note(verdict)),
         "sustained": r.info.get("sustained"),
     }
+
+
+def swept(records: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """The SETTINGS whose value differs between `records`: each earns a column in every
+    table (terminal, md, HTML), as llama-bench prints a field that was swept. Without it,
+    `-t 1-2` prints rows that differ only in t/s. None (a backend that does not have the
+    setting, e.g. an endpoint's threads) is not a value of its own."""
+    return [(name, header) for name, header in SETTINGS
+            if len({repr(r.get(name)) for r in records if r.get(name) is not None}) > 1]
+
+
+def setting_text(value: Any) -> str:
+    """A setting as a table cell: flags as llama-bench prints them (fa 0/1), absent as '-'."""
+    if value is None:
+        return "-"
+    return str(int(value)) if isinstance(value, bool) else str(value)
 
 
 def _busy_note(load: dict[str, Any], ex: dict[str, Any]) -> list[str]:

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
-from strata.bench.records import record
+from strata.bench.records import record, setting_text, swept
 from strata.report.data import ReportData
 from strata.report.html import Raw, Section, badge, details, empty, fmt, table
 from strata.report.svg import esc
 
-HEADERS = ["model", "backend", "test", "t/s", "n", "ceiling t/s", "η", "bound", "TTFT ms",
-           "peak RSS", "throttled", "host", "run", "notes"]
+# the swept settings go between LEAD and TAIL, by the terminal table's rule (records.swept)
+LEAD = ["model", "backend"]
+TAIL = ["test", "t/s", "n", "ceiling t/s", "η", "bound", "TTFT ms", "peak RSS", "throttled",
+        "host", "run", "notes"]
+
+
+def headers(settings: list[tuple[str, str]]) -> list[str]:
+    return LEAD + [header for _, header in settings] + TAIL
 
 
 def _throttled(flag: bool | None) -> Raw | None:
@@ -31,15 +37,14 @@ def _notes(notes: list[str]) -> Raw | None:
     return details(f"{len(notes)} note{'s' if len(notes) > 1 else ''}", f"<ul>{items}</ul>")
 
 
-def _row(rec: dict, run_id: int) -> list[object]:
+def _row(rec: dict, run_id: int, settings: list[tuple[str, str]]) -> list[object]:
     ts = rec.get("avg_ts")
     sd = rec.get("stddev_ts") or 0.0
-    ceiling = rec.get("prefill_ceiling_ts") if rec["n_prompt"] and not rec["n_gen"] \
-        else rec.get("decode_ceiling_ts")
     rss = rec.get("peak_rss_bytes")
-    return [rec["model_filename"], rec["backend"], rec["test"],
+    return [rec["model_filename"], rec["backend"],
+            *(setting_text(rec.get(name)) for name, _ in settings), rec["test"],
             f"{ts:,.1f} ± {sd:,.1f}" if ts is not None else None, rec.get("n"),
-            fmt(ceiling), fmt(rec.get("eta"), ".2f"), rec.get("bound"),
+            fmt(rec.get("ceiling_ts")), fmt(rec.get("eta"), ".2f"), rec.get("bound"),
             fmt(rec.get("ttft_ms"), ",.2f"), f"{rss / 2**20:,.0f} MiB" if rss else None,
             _throttled(rec.get("throttled")),
             _host(rec.get("host_busy"), rec.get("host_busy_share")), run_id,
@@ -51,9 +56,11 @@ def results_section(data: ReportData) -> Section:
     if not data.results:
         return Section("results", title, empty("no bench results yet", "strata bench MODEL"),
                        False)
-    rows = [_row(record(r), r.run_id) for r in data.results]
+    records = [(record(r), r.run_id) for r in data.results]
+    settings = swept([rec for rec, _ in records])
+    rows = [_row(rec, run_id, settings) for rec, run_id in records]
     runs = ", ".join(f"#{r.id} {r.status} {r.started_at}" + (f" @{r.git_commit}"
                                                             if r.git_commit else "")
                      for r in data.runs)
-    body = table(HEADERS, rows, cls="num") + f'<p class="note">runs: {esc(runs)}</p>'
+    body = table(headers(settings), rows, cls="num") + f'<p class="note">runs: {esc(runs)}</p>'
     return Section("results", title, body, True)

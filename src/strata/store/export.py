@@ -8,8 +8,11 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from strata.bench.records import setting_text, swept
+
 Record = dict[str, Any]
-MD_COLUMNS = ("model_filename", "backend", "test", "avg_ts", "stddev_ts", "eta", "bound", "n")
+MD_LEAD = ("model_filename", "backend")  # then the swept settings, then MD_TAIL
+MD_TAIL = ("test", "avg_ts", "stddev_ts", "eta", "bound", "n")
 
 
 def _json(records: list[Record]) -> str:
@@ -29,6 +32,7 @@ def _cell(value: Any) -> str:
 
 
 def _csv(records: list[Record]) -> str:
+    """Every field of every record, swept or not (a machine reads the columns it wants)."""
     if not records:
         return ""
     buf = io.StringIO()
@@ -50,7 +54,12 @@ def md_table(records: list[Record], columns: tuple[str, ...],
 
 
 def _md(records: list[Record]) -> str:
-    return md_table(records, MD_COLUMNS, ("avg_ts", "stddev_ts", "eta", "n"))
+    """llama-bench's layout: a column per setting swept in these records, by field name."""
+    settings = tuple(name for name, _ in swept(records))
+    counts = tuple(s for s in settings if s.startswith("n_"))  # right-aligned like t/s
+    shown = [{**r, **{s: setting_text(r.get(s)) for s in settings}} for r in records]
+    return md_table(shown, MD_LEAD + settings + MD_TAIL,
+                    ("avg_ts", "stddev_ts", "eta", "n", *counts))
 
 
 FORMATS: dict[str, Callable[[list[Record]], str]] = {

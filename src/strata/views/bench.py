@@ -1,4 +1,4 @@
-"""Terminal table of bench results: model, backend, test, t/s ± SD, η, bound."""
+"""Terminal table of bench results: model, backend, swept settings, test, t/s ± SD, η, bound."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from typing import Any
 from rich.table import Table
 from rich.text import Text
 
+from strata.bench.records import setting_text, swept
 from strata.views.console import plain
 
 
@@ -24,17 +25,19 @@ def _tps(r: dict[str, Any]) -> str:
 
 
 def bench_table(records: list[dict[str, Any]], title: str = "strata bench") -> Table:
+    settings = swept(records)  # same rule as md and the HTML report
     t = Table(title=title, title_justify="left")
-    for col, just in (("model", "left"), ("backend", "left"), ("test", "left"),
+    for col, just in (("model", "left"), ("backend", "left"),
+                      *((header, "right") for _, header in settings), ("test", "left"),
                       ("t/s", "right"), ("n", "right"), ("ceiling t/s", "right"),
                       ("η", "right"), ("bound", "left"), ("TTFT ms", "right")):
         t.add_column(col, justify=just)  # type: ignore[arg-type]
     for r in records:
-        ceiling = r["prefill_ceiling_ts"] if r["test"].startswith("pp") and "+" not in r["test"] \
-            else r["decode_ceiling_ts"]
-        t.add_row(plain(r["model_filename"]), plain(r["backend"]), plain(r["test"]), _tps(r),
-                  str(r["n"] or "-"), f"{ceiling:,.1f}" if ceiling else "-", _eta(r["eta"]),
-                  plain(r["bound"] or "-"),
+        ceiling = r["ceiling_ts"]
+        t.add_row(plain(r["model_filename"]), plain(r["backend"]),
+                  *(plain(setting_text(r.get(name))) for name, _ in settings), plain(r["test"]),
+                  _tps(r), str(r["n"] or "-"), f"{ceiling:,.1f}" if ceiling else "-",
+                  _eta(r["eta"]), plain(r["bound"] or "-"),
                   f"{r['ttft_ms']:,.1f}" if r["ttft_ms"] is not None else "-")
     return t
 
