@@ -8,9 +8,11 @@ import shutil
 from dataclasses import dataclass, field
 
 from strata.hardware.profile import HostProfile
+from strata.hardware.vendors import all_vendors, device_for_gpu, torch_device
 
-# Device kinds a requirement may name; "gpu" means any of the accelerator kinds.
-GPU_KINDS = ("cuda", "rocm", "mps", "xpu")
+# Device kinds a requirement may name; "gpu" means any of the accelerator kinds. Derived from
+# the vendor files, so a new vendor is a kind kernels can ask for.
+GPU_KINDS = tuple(v.backend for v in all_vendors() if v.accelerator)
 _ARCH = re.compile(r"^(sm|gfx)_?(\d+)(\+)?(?:-(\d+))?$")
 
 
@@ -43,10 +45,19 @@ class ArchRange:
 
 @dataclass(frozen=True)
 class Device:
-    key: str  # "cpu", "cuda:0"
+    """A device as the lab sees it. `key` is strata's name ("rocm:0"): results are stored,
+    dispatched and matched to the roofline and the support verdicts under it. torch knows
+    the device as `torch_key` ("cuda:0": PyTorch addresses ROCm GPUs as cuda); the worker
+    translates at its door, so no kernel job hands strata's name to torch."""
+
+    key: str  # "cpu", "cuda:0", "rocm:0", "mps"
     kind: str  # "cpu", "cuda", "rocm", "mps"
     arch: str | None = None  # "sm_90", "gfx1201"
     name: str = ""
+
+    @property
+    def torch_key(self) -> str:
+        return torch_device(self.key)
 
 
 @dataclass
@@ -74,8 +85,11 @@ def _triton_installed() -> bool:
 
 def host_caps(profile: HostProfile) -> HostCaps:
     devices = [Device("cpu", "cpu", profile.cpu.arch, profile.cpu.model or "")]
-    devices += [Device(f"{g.backend}:{g.index}" if g.backend != "mps" else "mps",
-                       g.backend, g.arch, g.name) for g in profile.gpus]
+    for gpu in profile.gpus:
+        dev = device_for_gpu(gpu)
+        # One device without an ordinal in torch ("mps") keeps that bare name in the lab too.
+        key = dev.key if dev.vendor.runtime.indexed else dev.torch_key
+        devices.append(Device(key, dev.kind, gpu.arch, gpu.name))
     tools = {name for name in ("cc", "gcc", "clang", "nvcc") if shutil.which(name)}
     if tools & {"cc", "gcc", "clang"}:
         tools.add("cc")

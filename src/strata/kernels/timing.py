@@ -14,12 +14,13 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
+from strata.hardware.vendors import runtime_for, torch_device
 from strata.kernels import checks
 from strata.kernels.buffers import InputStream, TimedOutputChecker, rotating_thunk
 from strata.kernels.impl import Implementation
 from strata.kernels.spec import KernelSpec, get_spec
 from strata.measure.stats import percentile
-from strata.measure.timer import CudaEventClock, HostClock, TimingPolicy, time_calls
+from strata.measure.timer import TimingPolicy, time_calls
 
 BASELINES = ("torch.eager", "torch.compile")
 CHECK_MAX_ELEMENTS = 1 << 26  # skip the float64 re-check where the oracle itself gets slow
@@ -42,24 +43,21 @@ def flusher(device: str, nbytes: int) -> Callable[[], None]:
         return flush_host
     import torch
 
-    if nbytes <= 0:  # 2x the GPU's L2, from the runtime
-        nbytes = 2 * int(getattr(torch.cuda.get_device_properties(device), "L2_cache_size",
-                                 64 << 20))
+    runtime = runtime_for(device)
+    if nbytes <= 0:  # 2x the GPU's last-level cache, from the runtime
+        nbytes = 2 * (runtime.cache_bytes(device) or 64 << 20)
     buf = torch.zeros(max(1, nbytes // 4), dtype=torch.float32, device=device)
 
     def flush() -> None:
         buf.add_(1.0)
-        torch.cuda.synchronize(device)
+        runtime.sync(device)
 
     return flush
 
 
 def clock_for(device: str) -> Any:
-    if device.startswith("cuda"):
-        import torch
-
-        return CudaEventClock(torch, torch.device(device))
-    return HostClock()
+    """The clock its vendor's runtime times `device` with (events on cuda, else wall clock)."""
+    return runtime_for(device).make_clock(device)
 
 
 def _stats(values: list[float]) -> dict[str, float]:
@@ -155,7 +153,8 @@ def run_bench(job: dict[str, Any]) -> dict[str, Any]:
 
     timers = timer_identities()  # before any kernel code is imported
     spec = get_spec(job["op"])
-    device, dtype = job["device"], job["dtype"]
+    # The job names strata's device ("rocm:0"); torch knows it as "cuda:0".
+    device, dtype = torch_device(job["device"]), job["dtype"]
     policy = TimingPolicy(**job["policy"])
     # warm: no flush, calls back to back as in a decode loop (caches, thread pools hot)
     flush = flusher(device, int(job["flush_bytes"])) if job.get("cache", "cold") == "cold" \

@@ -17,6 +17,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from strata.hardware.vendors import runtime_for, torch_device
 from strata.kernels import buffers, checks, confine, guards, threads
 from strata.kernels.checks import Failure
 from strata.kernels.impl import Implementation
@@ -32,10 +33,8 @@ def _torch_dtype(name: str) -> Any:
 
 
 def _sync(device: str) -> None:
-    if device.startswith("cuda"):
-        import torch
-
-        torch.cuda.synchronize(device)
+    """Wait for `device` (a torch device string) the way its vendor's runtime says."""
+    runtime_for(device).sync(device)
 
 
 def nan_out(spec: KernelSpec, shape: dict[str, int], dtype: str, device: str) -> Any:
@@ -245,7 +244,8 @@ def run_verify(job: dict[str, Any]) -> dict[str, Any]:
     impl = Implementation.from_job(job["impl"])
     spec = get_spec(impl.op)
     try:
-        verifier = Verifier(impl, spec, job["device"], timers)
+        # The job names strata's device ("rocm:0"); torch knows it as "cuda:0".
+        verifier = Verifier(impl, spec, torch_device(job["device"]), timers)
     except Exception as exc:  # a kernel that does not build or load
         return {"ok": False, "failure": Failure(checks.BUILD_FAILED, _one_line(exc)).to_dict(),
                 "cases": 0}

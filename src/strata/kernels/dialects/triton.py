@@ -12,7 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from strata.kernels.capability import GPU_KINDS, HostCaps, Requires
+from strata.hardware.vendors import get_vendor
+from strata.kernels.capability import HostCaps, Requires
 from strata.kernels.dialects.base import Dialect
 
 
@@ -43,10 +44,16 @@ def load_triton(impl: Any, spec: Any, device: str) -> TritonKernel:
     return TritonKernel(launch)
 
 
+def _triton_compiles_for(kind: str) -> bool:
+    """Whether Triton has a GPU backend for this device kind (its vendor file says)."""
+    vendor = get_vendor(kind)
+    return vendor is not None and vendor.triton
+
+
 @dataclass(frozen=True)
 class TritonDialect(Dialect):
     def run_device(self, requires: Requires, caps: HostCaps) -> str | None:
-        gpus = [d for d in caps.devices if d.kind in GPU_KINDS and d.kind != "mps"]
+        gpus = [d for d in caps.devices if _triton_compiles_for(d.kind)]
         fitting = [d for d in gpus if requires.arch is None or requires.arch.contains(d.arch)]
         if fitting:
             return fitting[0].key
