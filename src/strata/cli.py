@@ -529,8 +529,8 @@ def kernels_bench(
       strata kernels bench rmsnorm
       strata kernels bench matmul --shapes figure --no-compile -o md
     """
-    from strata.commands.bench import roofline_for
     from strata.commands.kernels import run_bench, select
+    from strata.kernels.spec import get_spec
     from strata.views.kernels import BENCH_COLUMNS, bench_table, emit, figure_record
 
     _check_format(fmt)
@@ -541,9 +541,11 @@ def kernels_bench(
         raise InputError(f"--dtype {dtype}: choose float32, bfloat16 or float16")
     s = _kernel_session(db)
     impls = select(op, impl, s.conn)
-    roof = roofline_for(s.conn, s.caps.profile, s.fingerprint, err)
-    figures = []
     ops = list(dict.fromkeys(i.op for i in impls))
+    for name in ops:  # a bad --shapes fails before minutes of roofline measurement
+        get_spec(name).shape_set(shapes)
+    roof = s.host.roofline(err)
+    figures = []
     for n, name in enumerate(ops, 1):  # each op's table as soon as it is measured
         with err.status(f"[{n}/{len(ops)}] {name}…") as status:
             done = run_bench(s, [i for i in impls if i.op == name], roof, shapes=shapes,
@@ -607,7 +609,6 @@ def kernels_add(
       strata kernels add my_rmsnorm.c
       strata kernels add softmax_kernel.py --no-bench
     """
-    from strata.commands.bench import roofline_for
     from strata.commands.kernels import add_external, register_external, run_bench, run_verify
     from strata.kernels.dispatch import resolve
     from strata.views.kernels import bench_table, render_decision, render_failures, verdict_table
@@ -628,7 +629,7 @@ def kernels_add(
                   "(verify there)", markup=False)
         return
     if bench:
-        roof = roofline_for(s.conn, s.caps.profile, s.fingerprint, err)
+        roof = s.host.roofline(err)
         with err.status("benchmarking…") as status:
             figures = run_bench(s, [impl], roof, shapes="llm", compile_=False, max_time_s=0.3,
                                 progress=lambda m: status.update(escape(m)))

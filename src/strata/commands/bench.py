@@ -15,13 +15,9 @@ from strata.bench.plan import BenchConfig, Job
 from strata.bench.records import record
 from strata.bench.runner import Events, Outcome, Runner, resolve_all
 from strata.errors import InputError
-from strata.hardware.microbench import measure_host
-from strata.hardware.probe import probe_host
 from strata.hardware.profile import HostProfile
-from strata.measure.peakguard import PeakKeeper
-from strata.measure.roofline import Roofline
+from strata.host import this_host
 from strata.models.source import ResolvedModel
-from strata.store.hosts import latest_measurement, save_host, save_measurement
 from strata.store.runs import (
     StoredResult,
     add_result,
@@ -41,45 +37,6 @@ class BenchOutcome:
     status: str
     records: list[dict[str, Any]] = field(default_factory=list)
     skipped: list[tuple[str, str]] = field(default_factory=list)
-
-
-def probe_and_store(conn: sqlite3.Connection, console: Console) -> tuple[HostProfile, str]:
-    with console.status("probing host…"):
-        profile = probe_host(smoke=False)
-        return profile, save_host(conn, profile)
-
-
-def roofline_for(conn: sqlite3.Connection, profile: HostProfile, fingerprint: str,
-                 console: Console) -> Roofline:
-    """This host's stored roofline; measured first (and stored) if the host has none. As
-    with `probe --measure`, a roofline measured while the host stayed busy is used for this
-    run only and not stored: it is known to be low."""
-    from strata.commands.probe import busy_refusal, measure_until_quiet
-
-    stored = latest_measurement(conn, fingerprint, "roofline")
-    if stored:
-        return Roofline.from_dict(stored)
-    console.print("no roofline stored for this host yet: measuring it once "
-                  "(strata probe --measure)…")
-    with console.status("measuring roofline…") as status:
-        roof = measure_until_quiet(
-            lambda say: measure_host(profile, progress=say),
-            lambda m: status.update(f"measuring: {escape(m)}"))
-    if roof.measured_busy:
-        console.print(f"[yellow]{escape(busy_refusal(roof))}[/yellow]; using it for this run")
-    else:
-        save_measurement(conn, fingerprint, "roofline", roof.to_dict())
-    return roof
-
-
-def peak_keeper(conn: sqlite3.Connection, profile: HostProfile, fingerprint: str,
-                roof: Roofline) -> PeakKeeper:
-    """Re-measures a peak that a result beats by > 5% and stores the corrected roofline."""
-    from strata.hardware.microbench import host_remeasure
-
-    return PeakKeeper(roof, host_remeasure(profile),
-                      save=lambda r: save_measurement(conn, fingerprint, "roofline",
-                                                      r.to_dict()))
 
 
 def check_fits(models: dict[str, ResolvedModel], profile: HostProfile,
@@ -116,9 +73,10 @@ def _progress(console: Console, total: int, tests_per_job: list[Any]) -> tuple[P
 
 def run_bench(conn: sqlite3.Connection, config: BenchConfig, console: Console) -> BenchOutcome:
     models = resolve_all(config)  # bad paths and damaged files fail here, in seconds
-    profile, fingerprint = probe_and_store(conn, console)
+    host = this_host(conn, console)
+    profile, fingerprint = host.profile, host.fingerprint
     check_fits(models, profile, config)  # before spending time on the roofline
-    roof = roofline_for(conn, profile, fingerprint, console)
+    roof = host.roofline(console)
     run_id = start_run(conn, fingerprint, "bench", sys.argv[1:], config.to_dict())
     done: list[StoredResult] = []
 
@@ -135,7 +93,7 @@ def run_bench(conn: sqlite3.Connection, config: BenchConfig, console: Console) -
         with bar:
             outcome = Runner(config, roof, store, events,
                              profile.cpu.last_level_cache_bytes(),
-                             peaks=peak_keeper(conn, profile, fingerprint, roof),
+                             peaks=host.peak_keeper(roof),
                              update=lambda r: update_explanation(conn, r)).run(models)
         status = "complete"
     except KeyboardInterrupt:

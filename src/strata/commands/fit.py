@@ -23,12 +23,13 @@ def run_fit(conn: sqlite3.Connection, ref: str, *, ctx: int | None, batch: int,
             kv_type: str | None, backend: str, console: Console) -> FitReport:
     """Plan `ref` on this host (ctx None: DEFAULT_CTX). InputError (exit 2) for bad flags or
     an unreadable model, raised before the host is probed."""
-    from strata.commands.bench import probe_and_store
+    from strata.host import this_host
 
     options = FitOptions(ctx=DEFAULT_CTX if ctx is None else ctx, batch=batch, kv_type=kv_type,
                          backend=backend)
     model = resolve(ref)  # metadata only: a synthetic preset is not materialised
-    profile, fingerprint = probe_and_store(conn, console)
+    host = this_host(conn, console)
+    profile, fingerprint = host.profile, host.fingerprint
     stored = latest_measurement(conn, fingerprint, "roofline")
     roofline = Roofline.from_dict(stored) if stored else None
     history = EtaHistory.from_db(conn, fingerprint, backend,

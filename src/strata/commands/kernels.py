@@ -9,11 +9,11 @@ import shutil
 import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 
 from strata.errors import InputError
-from strata.kernels.capability import HostCaps, host_caps
+from strata.host import Host, this_host
+from strata.kernels.capability import HostCaps
 from strata.kernels.impl import Implementation, from_source
 from strata.kernels.registry import find, implementations
 from strata.kernels.sandbox import SandboxPolicy
@@ -26,24 +26,16 @@ class Session:
     conn: sqlite3.Connection
     fingerprint: str
     caps: HostCaps
-
-
-@lru_cache(maxsize=4)
-def _probe_cached() -> object:
-    from strata.hardware.probe import probe_host
-
-    return probe_host(smoke=False)
+    host: Host
 
 
 def session(db: Path | None = None, conn: sqlite3.Connection | None = None) -> Session:
-    """Host profile (probed once per process), its fingerprint and the results DB."""
+    """This host (strata.host: probed once per process), its fingerprint and the DB."""
     from strata.paths import default_db_path
     from strata.store import open_db
-    from strata.store.hosts import save_host
 
-    conn = conn or open_db(db or default_db_path())
-    profile = _probe_cached()
-    return Session(conn, save_host(conn, profile), host_caps(profile))  # type: ignore[arg-type]
+    host = this_host(conn or open_db(db or default_db_path()))
+    return Session(host.conn, host.fingerprint, host.caps, host)
 
 
 def select(op: str | None, impl: str | None, conn: sqlite3.Connection) -> list[Implementation]:
@@ -141,15 +133,13 @@ def run_bench(s: Session, impls: list[Implementation], roofline: object, *, shap
               compile_: bool, max_time_s: float, progress: Callable[[str], None],
               timeout_s: float = 900.0, cache: str = "cold",
               dtype: str = "float32") -> list:  # list[Figure]
-    from strata.commands.bench import peak_keeper
     from strata.kernels.bench import BenchContext, BenchSettings, bench_op
 
     vctx = VerifyContext(s.conn, s.fingerprint, s.caps, SandboxPolicy(timeout_s=300.0),
                          progress=progress)
     settings = BenchSettings(shapes=shapes, compile=compile_, max_time_s=max_time_s,
                              cache=cache, dtype=dtype)
-    peaks = peak_keeper(s.conn, s.caps.profile, s.fingerprint, roofline) \
-        if roofline is not None and s.caps.profile is not None else None
+    peaks = s.host.peak_keeper(roofline) if roofline is not None else None  # type: ignore
     ctx = BenchContext(vctx, roofline, settings,  # type: ignore[arg-type]
                        SandboxPolicy(timeout_s=timeout_s), default_jobs(), progress,
                        peaks)  # type: ignore[arg-type]

@@ -8,7 +8,6 @@ roofline is known to be low and is not stored unless `allow_busy` (--allow-busy)
 from __future__ import annotations
 
 import sqlite3
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -18,12 +17,14 @@ from rich.console import Console
 from strata.hardware.microbench import measure_host
 from strata.hardware.probe import probe_host
 from strata.hardware.profile import HostProfile
-from strata.measure.peak import merge_roofline, trust_lines
+from strata.host import BUSY_PAUSE_S, MEASURE_ATTEMPTS, busy_refusal, measure_until_quiet
+from strata.measure.peak import trust_lines
 from strata.measure.roofline import Roofline
 from strata.store.hosts import latest_measurement, save_host, save_measurement
 
-MEASURE_ATTEMPTS = 3  # a busy host gets this many tries at a quiet moment
-BUSY_PAUSE_S = 5.0  # between tries: a burst of other work (a compile, an update) may end
+__all__ = ["BUSY_PAUSE_S", "MEASURE_ATTEMPTS", "ProbeResult", "busy_refusal", "measure_until_quiet",
+           "run_probe"]
+
 
 
 @dataclass
@@ -58,34 +59,6 @@ class ProbeResult:
         render_roofline(console, self.roofline)
         for line in trust_lines(self.roofline):
             console.print(line, highlight=False, markup=False)
-
-
-Measure = Callable[[Callable[[str], None]], Roofline]
-
-
-def measure_until_quiet(measure: Measure, say: Callable[[str], None],
-                        attempts: int = MEASURE_ATTEMPTS,
-                        pause_s: float = BUSY_PAUSE_S) -> Roofline:
-    """Measure; while the host was busy, wait and measure again (up to `attempts`), each
-    figure the best over the attempts. Roofline.measured_busy: no attempt was quiet."""
-    roof = measure(say)
-    for attempt in range(2, attempts + 1):
-        if not roof.measured_busy:
-            break
-        say(f"{roof.host_load[-1]['verdict']}: measuring again ({attempt} of {attempts})")
-        time.sleep(pause_s)
-        roof = merge_roofline(roof, measure(say), "best over attempts on a busy host")
-    return roof
-
-
-def busy_refusal(roof: Roofline) -> str:
-    load = roof.host_load[-1] if roof.host_load else {}
-    share = max((h.get("busy_share") or 0.0) for h in roof.host_load) if roof.host_load else 0
-    return (f"roofline not stored: the host was busy in all {len(roof.host_load)} attempts "
-            f"(other processes used up to {share:.0%} of the CPUs; last: "
-            f"{load.get('verdict', '?')}), so these peaks are known to be low and would "
-            "understate every ceiling. Re-run `strata probe --measure` on a quiet host, or add "
-            "--allow-busy to store them flagged as measured on a busy host")
 
 
 def run_probe(conn: sqlite3.Connection, measure: bool, smoke: bool, smoke_timeout_s: float,

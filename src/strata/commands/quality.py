@@ -20,10 +20,10 @@ MEASUREMENT_KIND = "quality"  # hosts.measurements.kind, next to 'roofline' and 
 def run_quality_command(conn: sqlite3.Connection, config: QualityConfig,
                         console: Console) -> list[QualityResult]:
     """Every input error surfaces before the host probe and before any weights load."""
-    from strata.commands.bench import probe_and_store
+    from strata.host import this_host
 
     prepared = prepare(config)
-    _profile, fingerprint = probe_and_store(conn, console)
+    fingerprint = this_host(conn, console).fingerprint
     results = []
     for backend in prepared.backends:
         result = _scored(prepared, backend, config, console)

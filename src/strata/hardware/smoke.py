@@ -14,18 +14,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import signal
-import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, NamedTuple
+from collections.abc import Sequence
+from typing import Any
 
 from strata.hardware.profile import SmokeResult
+from strata.launch import IsolatedRun, Limits, run_isolated, worker_env
+
+__all__ = ["IsolatedRun", "Limits", "run_isolated", "run_smoke", "worker_env"]
 
 # Failure classes (besides the text-classified ones below).
 TIMEOUT = "timeout"
@@ -64,7 +63,6 @@ FAILURE_CLASSES = (*(name for name, _ in FAILURE_PATTERNS), TIMEOUT, SILENT_NAN,
 # Worker exit codes (the JSON line is authoritative; these only help when it is missing).
 EXIT_OK, EXIT_DTYPE_FAILED, EXIT_DEVICE_FAILED, EXIT_NO_TORCH = 0, 1, 2, 3
 
-_PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the directory that holds `strata/`
 _DETAIL_CHARS = 300
 
 
@@ -87,100 +85,6 @@ def error_summary(text: str) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# Running untrusted work in a subprocess
-
-
-class IsolatedRun(NamedTuple):
-    returncode: int | None  # negative: killed by that signal; None: never started
-    stdout: str
-    stderr: str
-    timed_out: bool
-
-
-@dataclass(frozen=True)
-class Limits:
-    """Resource limits for the child (POSIX only; ignored where the OS lacks them)."""
-
-    cpu_seconds: int | None = None
-    address_space_bytes: int | None = None
-    core_dumps: bool = False  # a crashing GPU driver can write multi-GB cores
-
-
-def _limit_setter(limits: Limits) -> Callable[[], None]:
-    def apply() -> None:  # runs in the child between fork and exec
-        import resource
-
-        if limits.cpu_seconds is not None:
-            # Soft limit sends SIGXCPU, the hard one SIGKILL a few seconds later.
-            resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_seconds, limits.cpu_seconds + 5))
-        if limits.address_space_bytes is not None:
-            size = limits.address_space_bytes
-            resource.setrlimit(resource.RLIMIT_AS, (size, size))
-        if not limits.core_dumps:
-            resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-
-    return apply
-
-
-def _as_argv(argv_or_code: str | Sequence[str]) -> list[str]:
-    """A string is Python source for the current interpreter; a sequence is an argv."""
-    if isinstance(argv_or_code, str):
-        return [sys.executable, "-c", argv_or_code]
-    return list(argv_or_code)
-
-
-def _kill_group(proc: subprocess.Popen[str]) -> None:
-    """Kill the child and everything it started (it leads its own session)."""
-    try:
-        if os.name == "posix":
-            os.killpg(proc.pid, signal.SIGKILL)
-        else:
-            proc.kill()
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def _drain(proc: subprocess.Popen[str]) -> tuple[str, str]:
-    """Output a killed child left behind; give up quickly if an escaped grandchild holds a pipe."""
-    try:
-        out, err = proc.communicate(timeout=5)
-        return out or "", err or ""
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        return "", ""
-
-
-def run_isolated(argv_or_code: str | Sequence[str], timeout_s: float, *,
-                 env: dict[str, str] | None = None, limits: Limits | None = None) -> IsolatedRun:
-    """Run a child with a wall-clock timeout and limits; never hangs, never raises on failure."""
-    argv = _as_argv(argv_or_code)
-    use_limits = limits is not None and os.name == "posix"
-    try:
-        proc = subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            text=True, errors="replace", env=env,
-            # Own session: a timeout kills the whole group, grandchildren included.
-            start_new_session=os.name == "posix",
-            # preexec_fn is unsafe with threads when it takes locks; setrlimit is a bare
-            # syscall, so the probe's telemetry thread cannot deadlock the child here.
-            preexec_fn=_limit_setter(limits) if use_limits and limits else None,
-        )
-    except OSError as exc:
-        return IsolatedRun(None, "", f"could not start {argv[0]}: {exc}", False)
-    try:
-        out, err = proc.communicate(timeout=timeout_s)
-        return IsolatedRun(proc.returncode, out, err, False)
-    except subprocess.TimeoutExpired:
-        _kill_group(proc)
-        out, err = _drain(proc)
-        return IsolatedRun(proc.returncode, out, err, True)
-    except BaseException:  # Ctrl-C in the parent must not leave a GPU job behind
-        _kill_group(proc)
-        proc.wait()
-        raise
-
-
-# ---------------------------------------------------------------------------------------------
 # Parent side of the smoke test
 
 # Devices whose runtimes map huge virtual ranges (UVM, device apertures): an address-space
@@ -193,14 +97,6 @@ def limits_for(device: str, timeout_s: float) -> Limits:
     kind = device.split(":", 1)[0].strip().lower()
     return Limits(cpu_seconds=int(max(60.0, 4 * timeout_s)),
                   address_space_bytes=_ADDRESS_SPACE_LIMIT.get(kind))
-
-
-def _worker_env() -> dict[str, str]:
-    """The child must import this very `strata`, installed or not (tests run from src/)."""
-    env = dict(os.environ)
-    paths = [str(_PACKAGE_ROOT), *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]
-    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
-    return env
 
 
 def worker_argv(device: str, dtypes: Sequence[str], python: Sequence[str] | None = None,
@@ -217,7 +113,7 @@ def run_smoke(device: str, dtypes: list[str], timeout_s: float = 60.0, *,
     environment smoke-tests that environment's torch.
     """
     started = time.perf_counter()
-    run = run_isolated(worker_argv(device, dtypes, python), timeout_s, env=_worker_env(),
+    run = run_isolated(worker_argv(device, dtypes, python), timeout_s, env=worker_env(),
                        limits=limits_for(device, timeout_s))
     return smoke_from_run(device, run, timeout_s, time.perf_counter() - started)
 

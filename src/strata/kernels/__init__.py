@@ -63,12 +63,14 @@ class Choice:
 
 def get(op: str, device: str = "cpu", db: Path | None = None) -> Choice:
     """The implementation dispatch picks for `op` on `device`, with its decision trace."""
-    from strata.commands.kernels import session
+    from strata.host import this_host
     from strata.kernels.dispatch import resolve
     from strata.kernels.spec import get_spec
+    from strata.paths import default_db_path
+    from strata.store import open_db
 
-    s = session(db)
-    return Choice(resolve(op, device, s.conn, s.fingerprint, s.caps), get_spec(op))
+    host = this_host(open_db(db or default_db_path()))
+    return Choice(resolve(op, device, host.conn, host.fingerprint, host.caps), get_spec(op))
 
 
 __all__ = ["Choice", "get"]

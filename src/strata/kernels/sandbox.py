@@ -13,9 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from strata.hardware.smoke import IsolatedRun, Limits, _worker_env, error_summary, run_isolated
+from strata.hardware.smoke import error_summary
 from strata.kernels import checks
 from strata.kernels.confine import Plan, scratch_env
+from strata.launch import IsolatedRun, Limits, run_isolated
+from strata.launch import worker_env as base_env
 from strata.paths import cache_dir
 
 # Address-space limit for CPU jobs (GPU runtimes map huge virtual ranges, so they get none).
@@ -33,7 +35,7 @@ class SandboxPolicy:
 
 
 def worker_env(device: str, scratch: Path | None = None) -> dict[str, str]:
-    env = _worker_env()
+    env = base_env()
     if device == "cpu":
         env["TRITON_INTERPRET"] = "1"  # Triton kernels run on CPU tensors, for correctness
     env.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache_dir() / "inductor"))
