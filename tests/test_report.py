@@ -8,7 +8,6 @@ screenshot, and every expected section with data points in its charts.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import shutil
@@ -343,7 +342,6 @@ def test_fit_is_optional(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
 
 
 def test_real_fit_plans_a_synthetic_preset(tmp_path: Path) -> None:
-    pytest.importorskip("strata.fit", reason="strata fit is not installed in this checkout")
     rep = build_report(_db(tmp_path))
     fit = _section_html(rep.html, "fit")
     assert rep.section("fit").has_data, fit
@@ -376,14 +374,6 @@ def test_unwritable_out_is_an_input_error(tmp_path: Path, where: str) -> None:
     assert not list(tmp_path.glob(".report-*"))  # no temp file left behind
 
 
-def _cli_has_report() -> bool:
-    from strata.cli import app
-
-    return any(c.name == "report" or (c.callback and c.callback.__name__ == "report")
-               for c in app.registered_commands)
-
-
-@pytest.mark.skipif(not _cli_has_report(), reason="`strata report` is not wired into cli.py yet")
 def test_cli_errors_are_one_line_exit_2(tmp_path: Path) -> None:
     proc = run_cli("report", "--out", str(tmp_path / "r.html"), home=tmp_path / "home")
     assert proc.returncode == 2, proc.stderr
@@ -454,9 +444,6 @@ def chromium() -> str:
     return path
 
 
-HAS_QUALITY = importlib.util.find_spec("strata.commands.quality") is not None
-
-
 def _real_quality(home: Path) -> None:
     """q4_0 vs q8_0 with strata quality's own code (in-process: not in cli.py yet), so the
     frontier is drawn from what that command really stores."""
@@ -472,8 +459,8 @@ def _real_quality(home: Path) -> None:
 
 @pytest.fixture(scope="module")
 def real_report(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """A report of real measurements: a sweep on two backends, a sustained run, and (where
-    strata quality exists) a quality comparison of two quantisations."""
+    """A report of real measurements: a sweep on two backends, a sustained run, and a quality
+    comparison of two quantisations."""
     home = tmp_path_factory.mktemp("report-home")
     for args in (["synthetic:tiny@q8_0", "-B", "llamacpp,torch", "-p", "8,16", "-n", "4",
                   "-d", "0,8", "-r", "2"],
@@ -482,8 +469,7 @@ def real_report(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
                   "--sustained", "4"]):
         proc = run_cli("bench", *args, home=home, timeout=600)
         assert proc.returncode == 0, proc.stderr[-2000:]
-    if HAS_QUALITY:
-        _real_quality(home)
+    _real_quality(home)
     from strata.commands.report import run_report
 
     out = home / "report.html"
@@ -518,13 +504,10 @@ def test_report_in_a_real_browser(chromium: str, real_report: tuple[Path, Path],
             assert body.count("<path") >= 1, cid  # lines, roofs or whiskers
     roof = next(body for cid, _, body in charts if cid == "chart-roofline")
     assert roof.count("<circle") == n_results == 14  # every stored result is a point
-    if HAS_QUALITY:  # the reference anchor and q4_0, on the PPL and the KL chart
-        assert "chart-frontier-ppl" in ids and "chart-frontier-kl" in ids
-    else:
-        assert "no quality results yet" in dom
+    # the reference anchor and q4_0, on the PPL and the KL chart
+    assert "chart-frontier-ppl" in ids and "chart-frontier-kl" in ids
     assert "strata fit" in dom
-    if importlib.util.find_spec("strata.fit") is not None:  # fit planned the benched model
-        assert re.search(r'<section id="fit"[^>]*>.*?<table', dom, re.S)
+    assert re.search(r'<section id="fit"[^>]*>.*?<table', dom, re.S)  # fit planned the model
 
     shot = tmp_path / "report.png"
     proc = _browse(page, tmp_path, f"--screenshot={shot}", "--window-size=1280,4000")
