@@ -6,8 +6,9 @@ torch.compile), side by side in one run, through the product's own sandboxed har
 
 For each op the `figure` shape set (LLM shapes: hidden 2048-4096, 1-8 rows; matmul also
 2048^3; q8_0/q4_0 matvec at a 4096x4096 weight) is timed twice: `cold` (caches flushed
-with a buffer >= 2x the last-level cache before every call, DESIGN §4) and `warm` (calls
-back to back, as inside a decode loop). Speedup = torch eager median / kernel median,
+with a buffer >= 2x the last-level cache before every call, docs/architecture.md §8)
+and `warm` (calls back to back, as inside a decode loop). Speedup = torch eager median /
+kernel median,
 geometric mean over the shapes. For the quantised matvecs the figure is achieved GB/s
 over this host's measured STREAM bandwidth (the roofline), cold cache only, since a
 17.8 MB weight would otherwise sit in a 32 MiB L3. Targets come from the issue; a miss is

@@ -1,4 +1,4 @@
-"""The `strata` command: one thin command per user question (DESIGN §1, §6).
+"""The `strata` command: one thin command per user question (docs/architecture.md §1, §10).
 
 Logic lives in the packages; this file parses flags, calls them, prints, and maps errors
 to exit codes: 0 success, 1 failure of the thing measured, 2 usage or input error.

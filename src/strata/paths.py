@@ -1,4 +1,4 @@
-"""Where strata keeps its results DB and its cache (DESIGN §5)."""
+"""Where strata keeps its results DB and its cache (docs/architecture.md §9)."""
 
 from __future__ import annotations
 

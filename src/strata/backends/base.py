@@ -3,8 +3,9 @@
 A backend is one file that registers itself by name (backends/__init__.py holds the
 registry). Core code never names a backend; it asks the registry.
 
-Timing contract (DESIGN §3): the backend records `time.perf_counter_ns()` timestamps at
-phase boundaries, with the device synchronised, and hands them back raw in a `RunTrace`.
+Timing contract (docs/architecture.md §5): the backend records `time.perf_counter_ns()`
+timestamps at phase boundaries, with the device synchronised, and hands them back raw in a
+`RunTrace`.
 Metrics are computed from traces by strata.bench.metrics, the same for every backend.
 Tokenisation and sampling stay outside the timed regions for in-process backends.
 """

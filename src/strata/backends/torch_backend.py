@@ -1,4 +1,5 @@
-"""`torch` backend: Hugging Face transformers in-process on cpu / cuda / mps (DESIGN §3).
+"""`torch` backend: Hugging Face transformers in-process on cpu / cuda / mps
+(docs/architecture.md §5).
 
 Run semantics are llama-bench's, so the three backends count and time the same things:
   * the depth prefix (@d<D>) is prefilled into a fresh KV cache before the clock starts;

@@ -1,4 +1,5 @@
-"""Why that fast: bytes per token, roofline ceilings, efficiency η and the bound (DESIGN §3).
+"""Why that fast: bytes per token, roofline ceilings, efficiency η and the bound
+(docs/architecture.md §5).
 
 decode ceiling (t/s) = measured bandwidth / bytes read per decoded token
 prefill ceiling (t/s) = measured FLOP/s / FLOPs per prompt token

@@ -1,4 +1,5 @@
-"""Per-request metrics from a RunTrace, by DESIGN §3's definitions (same for every backend).
+"""Per-request metrics from a RunTrace, by the definitions of docs/architecture.md §5 (the
+same for every backend).
 
 prefill t/s = N / prefill time; decode t/s = M / decode time; TTFT = first token time -
 request start; TPOT = (E2E - TTFT) / (M - 1); ITL = gaps between successive tokens; E2E.

@@ -12,7 +12,7 @@ from strata.bench.scenario import BenchTest
 
 @dataclass(frozen=True)
 class RepPolicy:
-    """Repetitions per DESIGN §3: warm-up, then repeat to a CI target or a limit."""
+    """Repetitions per docs/architecture.md §5: warm-up, then repeat to a CI target or a limit."""
 
     min_reps: int = 3
     max_reps: int = 10

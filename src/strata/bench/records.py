@@ -1,5 +1,5 @@
 """One flat record per stored result: the schema every printer reads
-(docs/architecture.md, "Results and printers").
+(docs/architecture.md §6).
 
 Field names follow llama-bench's JSON/CSV output where a field maps (model_filename,
 n_prompt, n_gen, n_depth, avg_ts, stddev_ts, samples_ts, avg_ns, ...); strata's own fields

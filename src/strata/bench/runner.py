@@ -125,7 +125,8 @@ class Runner:
 
     # -- one test -----------------------------------------------------------------------
     def _request(self, backend: Backend, test: BenchTest) -> RunRequest:
-        """Fresh random tokens every repetition: prompt caches never help (DESIGN §3)."""
+        """Fresh random tokens every repetition: prompt caches never help
+        (docs/architecture.md §5)."""
         seed = self.rng.randrange(1 << 30)
         bos = backend.bos()
         head = [bos] if bos is not None else []
@@ -313,7 +314,7 @@ def _token_counts(counts: list) -> dict[str, Any]:
 
 
 def _memory(tele: dict[str, Any]) -> dict[str, float]:
-    """Peak RSS and device memory, sampled outside the timed thread (DESIGN §3)."""
+    """Peak RSS and device memory, sampled outside the timed thread (docs/architecture.md §5)."""
     out = {}
     for key, stats in tele.get("metrics", {}).items():
         if key == "proc.rss_bytes" or key.endswith("mem_used_bytes"):

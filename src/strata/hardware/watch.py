@@ -1,7 +1,8 @@
 """`strata probe --watch SECONDS`: live telemetry table, then the run's summary and verdict.
 
-The live view goes to the console it is given (the CLI passes its stderr console, DESIGN §6:
-progress on stderr); the summary is returned so the CLI can also print it as json/md.
+The live view goes to the console it is given (the CLI passes its stderr console,
+docs/architecture.md §10: progress on stderr); the summary is returned so the CLI can also
+print it as json/md.
 """
 
 from __future__ import annotations

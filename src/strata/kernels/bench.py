@@ -32,7 +32,8 @@ class BenchSettings:
     shapes: str = "llm"
     dtype: str = "float32"
     compile: bool = True
-    cache: str = "cold"  # cold: flush before every call (DESIGN §4); warm: back to back
+    # cold: flush before every call (docs/architecture.md §8); warm: back to back
+    cache: str = "cold"
     warmup_s: float = 0.05
     max_time_s: float = 0.5
     min_reps: int = 3

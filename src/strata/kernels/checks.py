@@ -1,5 +1,5 @@
-"""Pure checks on tensors used by verification (DESIGN §4). Each returns None when the
-check passes, else a Failure with a reason code and a one-line message."""
+"""Pure checks on tensors used by verification (docs/architecture.md §8). Each returns None
+when the check passes, else a Failure with a reason code and a one-line message."""
 
 from __future__ import annotations
 

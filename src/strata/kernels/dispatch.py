@@ -1,5 +1,5 @@
 """Dispatch: the fastest verified implementation of an op for this host and device, with a
-decision trace saying why each implementation was taken or not (DESIGN §4).
+decision trace saying why each implementation was taken or not (docs/architecture.md §7).
 
 Outcomes: "kernel" (a verified implementation wins), "vendor" (torch eager is faster than
 every verified one), "fallback" (nothing verified runs here: the torch reference is used,

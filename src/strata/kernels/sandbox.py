@@ -1,5 +1,5 @@
 """Parent side of the sandbox: write a job, run the worker with a timeout and limits, read
-its one result line. Untrusted kernels never run in this process (DESIGN §4)."""
+its one result line. Untrusted kernels never run in this process (docs/architecture.md §7)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """KernelSpec: what an op computes, on which inputs, how exactly, and what it costs.
 
-A spec is the oracle side of the kernel lab (DESIGN §4, llm.c's pattern): a PyTorch
+A spec is the oracle side of the kernel lab (docs/architecture.md §8, llm.c's pattern): a PyTorch
 reference (run in float64 on small shapes to judge candidates), the vendor path used as
 the speed baseline (`eager`), an input generator with several distributions, per-dtype
 tolerances, and FLOP/byte formulas for the roofline. Specs register themselves by name.
@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 Shape = dict[str, int]
-Tensors = list[Any]  # torch tensors; torch is imported lazily (DESIGN §2.5)
+Tensors = list[Any]  # torch tensors; torch is imported lazily (docs/architecture.md §2)
 
 
 @dataclass(frozen=True)

@@ -3,8 +3,8 @@
 Per shape: the same input stream for all contenders (fresh inputs every call, mixed from
 sets seeded by the job, so baselines in their own process see the same distribution), the
 cache flushed before every timed call (buffer >= 2x the probed last-level cache, or GPU L2),
-warm-up by time, median and IQR from `strata.measure` (DESIGN §3/§4). A contender is checked
-against the float64 reference at each benchmarked shape and its timed calls' outputs are
+warm-up by time, median and IQR from `strata.measure` (docs/architecture.md §5, §8). A contender
+is checked against the float64 reference at each benchmarked shape and its timed calls' outputs are
 checked after they return: a fast wrong answer is reported as wrong, not as fast.
 """
 
@@ -83,8 +83,8 @@ def _baseline_fn(name: str, spec: KernelSpec, inputs: list[Any], params: dict[st
 
 
 class ShapeBench:
-    """One shape: every contender timed on a stream of fresh inputs (DESIGN §4: timed calls
-    never see the same inputs twice), the cache flushed before each call."""
+    """One shape: every contender timed on a stream of fresh inputs (docs/architecture.md §8:
+    timed calls never see the same inputs twice), the cache flushed before each call."""
 
     def __init__(self, spec: KernelSpec, shape: dict[str, int], dtype: str, device: str,
                  policy: TimingPolicy, flush: Callable[[], None],

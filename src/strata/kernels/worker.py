@@ -109,7 +109,8 @@ class _Watched:
 
 
 class Verifier:
-    """Runs every check of DESIGN §4 over dtypes x shapes x seeds; stops at the first failure.
+    """Runs every check of docs/architecture.md §8 over dtypes x shapes x seeds; stops at the
+    first failure.
 
     Each case calls the candidate three times on guarded buffers (canaries around every
     input and the output): with the output pre-filled with NaN on the default thread count,

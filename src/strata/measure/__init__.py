@@ -1,1 +1,1 @@
-"""One timing module, one stats module, the roofline model (DESIGN §2 principle 3)."""
+"""One timing module, one stats module, the roofline model (docs/architecture.md §2)."""

@@ -1,7 +1,7 @@
 """The roofline of a device: measured peak bandwidth and FLOP/s per dtype, ridge points.
 
 Every later command (bench η, fit predictions) reads ceilings from here, never from a
-literal in its own code (DESIGN §2 principle 2).
+literal in its own code (docs/architecture.md §2, principle 2).
 """
 
 from __future__ import annotations

@@ -64,7 +64,7 @@ class ModelSpec:
             by_type[t.dtype] = by_type.get(t.dtype, 0) + t.nbytes
         return max(by_type, key=by_type.__getitem__) if by_type else "?"
 
-    # -- roofline inputs (DESIGN §3) -----------------------------------------------------
+    # -- roofline inputs (docs/architecture.md §5) ---------------------------------------
     def streamed_weight_bytes(self) -> int:
         """Weight bytes one decoded token reads.
 

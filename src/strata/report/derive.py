@@ -167,7 +167,8 @@ def bin_timeline(timeline: list[tuple[float, float]],
 
 # ---------------------------------------------------------------------------- telemetry
 
-# NVML clocks-event bits that mean throttling (DESIGN §3: thermal 0x20/0x40; 0x4 is normal).
+# NVML clocks-event bits that mean throttling (docs/architecture.md §5: thermal 0x20/0x40;
+# 0x4 is normal).
 THROTTLE_BITS = 0x8 | 0x20 | 0x40 | 0x80
 GAUGE_UNITS = {"_mhz": "MHz", "_c": "°C", "_w": "W"}
 

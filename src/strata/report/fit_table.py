@@ -3,7 +3,7 @@
 `strata fit` is optional to the report: when `strata.fit` imports, its planner is asked about
 every (model, backend) benched on this host, from metadata only (nothing is loaded), with the
 same defaults as `strata fit MODEL`; otherwise the section names the command. Predictions are
-labelled as predictions with their basis (DESIGN §3, honesty).
+labelled as predictions with their basis (docs/architecture.md §5, honesty).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Results store: one SQLite file, WAL mode, versioned schema (DESIGN §5)."""
+"""Results store: one SQLite file, WAL mode, versioned schema (docs/architecture.md §9)."""
 
 from strata.store.db import SCHEMA_VERSION, open_db
 

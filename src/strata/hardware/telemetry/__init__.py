@@ -4,7 +4,7 @@ A `Sampler` runs a thread that asks every registered reader for its readings eve
 `interval_s` (default 250 ms). Each reader is one small, optional source (cpufreq, hwmon,
 RAPL, NVML, ...). A reader that cannot work here (file missing, root-only, library absent)
 is disabled once and its reason kept in `Sampler.unavailable`: a figure we could not
-measure is absent with a reason, never a guess (DESIGN §3 "Honesty").
+measure is absent with a reason, never a guess (docs/architecture.md §5 "Honesty").
 
     with Sampler(interval_s=0.25) as s:
         run_benchmark()

@@ -2,7 +2,7 @@
 
 `load` runs where the kernel runs (inside the sandboxed worker for verification and
 benchmarks); it returns a `Kernel` whose `bind` pre-computes everything a call needs, so the
-timed thunk is just the call (DESIGN §4: one timing path for every dialect).
+timed thunk is just the call (docs/architecture.md §8: one timing path for every dialect).
 """
 
 from __future__ import annotations

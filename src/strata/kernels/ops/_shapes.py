@@ -1,5 +1,5 @@
-"""Shape sets built from the synthetic presets' published configs (DESIGN §2.2: no literals
-for real model sizes in code that uses them)."""
+"""Shape sets built from the synthetic presets' published configs (docs/architecture.md §2,
+principle 2: no literals for real model sizes in code that uses them)."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 A reader is one small, optional telemetry source (cpufreq, hwmon, RAPL, NVML, ...) that
 registers itself by name with `register_reader`. A reader that cannot work here raises
-`SourceUnavailable` from open(); the Sampler keeps the reason (DESIGN §3 "Honesty").
+`SourceUnavailable` from open(); the Sampler keeps the reason (docs/architecture.md §5 "Honesty").
 """
 
 from __future__ import annotations
