@@ -116,10 +116,13 @@ def measure_group(profile: HostProfile, device: str, group: str,
         raise ValueError(f"no measurement path for {device} on this host")
     import torch
 
-    clock = CudaEventClock(torch, device)
+    from strata.hardware.vendors import device_for_gpu
+
+    target = device_for_gpu(gpu).torch_key  # 'rocm:0' is 'cuda:0' to torch
+    clock = CudaEventClock(torch, target)
     if group == "bandwidth":
-        return _gpu_bandwidth(torch, device, config, clock)
-    return {group: measure_matmul(torch, group, device, config.gpu_matmul_max_n, config, clock)}
+        return _gpu_bandwidth(torch, target, config, clock)
+    return {group: measure_matmul(torch, group, target, config.gpu_matmul_max_n, config, clock)}
 
 
 # ---------------------------------------------------------------- CPU bandwidth (STREAM)
@@ -280,7 +283,9 @@ def measure_cuda(gpu: GpuInfo, config: MeasureConfig, say: Progress) -> DeviceRo
     if not torch.cuda.is_available():
         dev.unknown["all"] = "torch cannot use this GPU (see the support verdict)"
         return dev
-    device = f"cuda:{gpu.index}"
+    from strata.hardware.vendors import device_for_gpu
+
+    device = device_for_gpu(gpu).torch_key  # ROCm builds drive AMD GPUs as torch 'cuda'
     clock = CudaEventClock(torch, device)
     say(f"{device} memory bandwidth")
     dev.bandwidth = _gpu_bandwidth(torch, device, config, clock)

@@ -77,7 +77,7 @@ class HostCaps:
         return None
 
 
-def _triton_installed() -> bool:
+def triton_installed() -> bool:
     import importlib.util
 
     return importlib.util.find_spec("triton") is not None
@@ -90,12 +90,23 @@ def host_caps(profile: HostProfile) -> HostCaps:
         # One device without an ordinal in torch ("mps") keeps that bare name in the lab too.
         key = dev.key if dev.vendor.runtime.indexed else dev.torch_key
         devices.append(Device(key, dev.kind, gpu.arch, gpu.name))
-    tools = {name for name in ("cc", "gcc", "clang", "nvcc") if shutil.which(name)}
-    if tools & {"cc", "gcc", "clang"}:
-        tools.add("cc")
-    if _triton_installed():
-        tools.add("triton")
-    return HostCaps(set(profile.cpu.isa), devices, tools, profile)
+    return HostCaps(set(profile.cpu.isa), devices, _tools(), profile)
+
+
+def _tools() -> set[str]:
+    """The tools every dialect asks about (Dialect.tool_probes), present on this host."""
+    from strata.kernels.dialects import DIALECTS
+
+    probes = {name: probe for d in DIALECTS.values() for name, probe in d.tool_probes.items()}
+    return {name for name, present in probes.items() if present()}
+
+
+def c_compiler_present() -> bool:
+    return any(shutil.which(name) for name in ("cc", "gcc", "clang"))
+
+
+def nvcc_present() -> bool:
+    return shutil.which("nvcc") is not None
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Callable
 from pathlib import Path
 
 # -- Python (triton) -------------------------------------------------------------------------
@@ -163,15 +162,15 @@ def check_c_source(text: str, allow_asm: bool = False) -> list[str]:
     return found
 
 
-CHECKERS: dict[str, Callable[[str], list[str]]] = {
-    "c": check_c_source,
-    "cuda": lambda text: check_c_source(text, allow_asm=True),  # PTX (mma, cp.async)
-    "triton": check_python,
-}
+def check_cuda_source(text: str) -> list[str]:
+    return check_c_source(text, allow_asm=True)  # inline PTX (mma, cp.async) is CUDA's craft
 
 
 def check_source(path: Path, dialect: str, op: str) -> list[str]:
-    """Findings (empty: clean) for an external source of `dialect` implementing `op`."""
+    """Findings (empty: clean) for an external source of `dialect` implementing `op`; each
+    dialect names its checker (Dialect.static_checker)."""
+    from strata.kernels.dialects import get_dialect
+
     text = path.read_text("utf-8", errors="replace")
-    checker = CHECKERS.get(dialect)
+    checker = get_dialect(dialect).static_checker
     return checker(text) if checker else [f"no static checker for dialect {dialect}"]

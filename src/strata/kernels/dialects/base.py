@@ -29,6 +29,10 @@ class Dialect:
     tools: tuple[str, ...] = ()
     summary: str = ""
     loader: Callable[..., Kernel] | None = field(default=None, compare=False)
+    # source text -> findings, for external kernels before anything runs (static_check.py)
+    static_checker: Callable[[str], list[str]] | None = field(default=None, compare=False)
+    # tool name -> "is it on this host?", merged into HostCaps.tools (capability.py)
+    tool_probes: dict[str, Callable[[], bool]] = field(default_factory=dict, compare=False)
 
     def requires(self, declared: Requires) -> Requires:
         """The declaration plus the tools this dialect always needs."""

@@ -8,8 +8,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from strata.kernels.capability import HostCaps
+from strata.kernels.capability import HostCaps, c_compiler_present
 from strata.kernels.dialects.base import Dialect, abi_args, checked_library
+from strata.kernels.static_check import check_c_source
 from strata.native import DEFAULT_FLAGS, build_shared
 
 # Compiler flags that enable an ISA feature a variant declares (-march=native already covers
@@ -65,5 +66,6 @@ class CDialect(Dialect):
 
 
 DIALECT = CDialect(name="c", suffixes=(".c", ".cc", ".cpp"), default_device="cpu",
-                  tools=("cc",), summary="C/C++ compiled at run time (cc -O3 -march=native)",
-                  loader=load_c)
+                   tools=("cc",), summary="C/C++ compiled at run time (cc -O3 -march=native)",
+                   loader=load_c, static_checker=check_c_source,
+                   tool_probes={"cc": c_compiler_present})

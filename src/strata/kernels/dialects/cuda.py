@@ -9,8 +9,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from strata.kernels.capability import HostCaps, Requires
+from strata.kernels.capability import HostCaps, Requires, nvcc_present
 from strata.kernels.dialects.base import Dialect, abi_args, checked_library
+from strata.kernels.static_check import check_cuda_source
 from strata.native import build_cuda
 
 # Architectures compiled when no device says which one to target (a compile check).
@@ -86,4 +87,5 @@ class CudaDialect(Dialect):
 
 DIALECT = CudaDialect(name="cuda", suffixes=(".cu",), default_device="cuda",
                       tools=("nvcc",), summary="CUDA C++ via nvcc (compile-checked without a GPU)",
-                      loader=load_cuda)
+                      loader=load_cuda, static_checker=check_cuda_source,
+                      tool_probes={"nvcc": nvcc_present})

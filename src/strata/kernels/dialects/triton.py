@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from strata.hardware.vendors import get_vendor
-from strata.kernels.capability import HostCaps, Requires
+from strata.kernels.capability import HostCaps, Requires, triton_installed
 from strata.kernels.dialects.base import Dialect
+from strata.kernels.static_check import check_python
 
 
 class TritonKernel:
@@ -65,4 +66,5 @@ class TritonDialect(Dialect):
 
 DIALECT = TritonDialect(name="triton", suffixes=(".py",), default_device="any",
                         tools=("triton",), summary="Triton (GPU; TRITON_INTERPRET=1 on CPU)",
-                        loader=load_triton)
+                        loader=load_triton, static_checker=check_python,
+                        tool_probes={"triton": triton_installed})
