@@ -17,6 +17,8 @@ from rich.text import Text
 from typer.exceptions import Abort, TyperException
 
 from strata import __version__
+from strata.backends import names
+from strata.commands.bench_options import backend_help
 from strata.errors import InputError, StrataError
 from strata.views.console import make_console
 
@@ -133,8 +135,7 @@ def bench(
     models: Annotated[list[str] | None, typer.Argument(
         metavar="MODEL", help="file.gguf, a Hugging Face dir, synthetic:<preset>\\[@f32|f16|"
         "q8_0|q4_0], or http://host:port\\[/v1]. Default: the embedded synthetic preset.")] = None,
-    backend: Annotated[str, Opt("--backend", "-B", help="Comma list of llamacpp, torch, openai;"
-                                " auto = every backend that can take the model.")] = "auto",
+    backend: Annotated[str, Opt("--backend", "-B", help=escape(backend_help()))] = "auto",
     n_prompt: Annotated[str, Opt("-p", "--n-prompt", help="Prompt sizes (pp tests); 'none' to "
                                  "skip.")] = "512",
     n_gen: Annotated[str, Opt("-n", "--n-gen", help="Generation sizes (tg tests); 'none' to "
@@ -312,8 +313,8 @@ def quality(
         "--ctx", help="Tokens per chunk; the second half of each chunk is scored "
         "(llama-perplexity's convention).")] = 512,
     backend: Annotated[str, typer.Option(
-        "--backend", "-B", help="llamacpp, torch, both, or auto (llamacpp when the model has "
-        "a GGUF, else torch).")] = "auto",
+        "--backend", "-B", help=f"{', '.join(names(scoring=True))}, both, or auto (the first "
+        f"of {', '.join(names(scoring=True))} that can read the model).")] = "auto",
     max_chunks: Annotated[int, typer.Option(
         "--max-chunks", metavar="K", help="Score only the first K chunks (bounds the time).")]
     = 32,
@@ -350,7 +351,8 @@ def fit(
     kv_type: Annotated[str | None, typer.Option("--kv-type", help="KV cache type for llamacpp: "
                                                 "f16 (default), q8_0, q4_0.",
                                                 show_default=False)] = None,
-    backend: Annotated[str, typer.Option("--backend", "-B", help="llamacpp or torch.")]
+    backend: Annotated[str, typer.Option("--backend", "-B",
+                                         help=f"{' or '.join(names(fit=True))}.")]
     = "llamacpp",
     json_out: Annotated[bool, typer.Option("--json", help="Print everything as JSON.")] = False,
     db: DbOption = None,

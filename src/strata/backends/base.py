@@ -12,10 +12,14 @@ Tokenisation and sampling stay outside the timed regions for in-process backends
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING, Any, Protocol
 
 from strata.models.source import ResolvedModel
+
+if TYPE_CHECKING:  # fit imports this module; its rules are built only when fit asks
+    from strata.fit.backends import BackendRules
 
 
 class BackendUnavailable(Exception):
@@ -35,6 +39,9 @@ class LoadConfig:
     device: str = "cpu"  # torch device: cpu, cuda, mps
     dtype: str = "auto"  # torch dtype: auto (model's own), float32, bfloat16, float16
     n_ctx: int = 0  # 0: just enough for the largest test of the sweep
+
+
+LOAD_FIELDS = tuple(f.name for f in fields(LoadConfig))
 
 
 @dataclass(frozen=True)
@@ -89,3 +96,37 @@ class Backend(Protocol):
 
     def close(self) -> None:
         """Free the model (before loading the next one)."""
+
+
+@dataclass(frozen=True)
+class Scoring:
+    """How `strata quality` loads a backend to read per-position logits."""
+
+    config: Callable[[int], LoadConfig]  # --ctx -> how to load
+    form: Callable[[ResolvedModel], ResolvedModel]  # which of the model's artefacts it reads
+
+
+@dataclass(frozen=True)
+class BackendDescriptor:
+    """Everything the rest of strata needs to know about a backend, in one record.
+
+    Descriptors are light (no heavy imports) so the CLI can list backends without importing
+    torch or llama.cpp; `factory` names the implementation, imported only by `create`.
+    LoadConfig stays one flat record (it is stored with every result); `options` says which
+    of its fields this backend reads, the others it ignores.
+    """
+
+    name: str
+    factory: str  # "module:Class" of the implementation
+    accepts: tuple[str, ...]  # model forms it consumes: gguf, hf, endpoint
+    help: str  # one line for CLI help
+    options: tuple[str, ...]  # LoadConfig fields this backend reads
+    device: Callable[[LoadConfig], str]  # device it runs on, when the backend did not say
+    order: int = 100  # position in lists and in "auto" (lower first)
+    fit: Callable[[], BackendRules] | None = None  # memory rules for `strata fit`, if any
+    scoring: Scoring | None = None  # how `strata quality` uses it, if it can score
+
+    def __post_init__(self) -> None:
+        unknown = set(self.options) - set(LOAD_FIELDS)
+        if unknown:
+            raise ValueError(f"backend {self.name}: unknown LoadConfig fields {sorted(unknown)}")

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from strata.backends import ACCEPTS, create
+from strata.backends import ACCEPTS, create, describe
 from strata.backends.base import Backend, BackendUnavailable, RunRequest, RunTrace
 from strata.bench.explain import explain
 from strata.bench.metrics import RunMetrics, compute, generated
@@ -248,7 +248,8 @@ class Runner:
         if model.spec is None:
             info["explain_absent"] = "endpoint: the weights' types are unknown to strata"
             return None
-        device = info.get("device") or ("cuda:0" if job.load.n_gpu_layers > 0 else "cpu")
+        # the backend's own report first; else its descriptor's rule for this load
+        device = info.get("device") or describe(job.backend).device(job.load)
         roof = self.roofline.device(device) if self.roofline else None
         if roof is None:
             info["explain_absent"] = f"no measured roofline for {device} on this host"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from strata.backends import ACCEPTS, BACKENDS
+from strata.backends import registry
 from strata.backends.base import LoadConfig
 from strata.bench.plan import BenchConfig, RepPolicy, load_grid
 from strata.bench.scenario import build_tests, parse_int_list, parse_pairs
@@ -51,11 +51,18 @@ def _words(flag: str, text: str, allowed: tuple[str, ...] | None = None) -> list
 def choose_backends(flag: str, models: list[str]) -> list[str]:
     """'auto': every backend that can take at least one of the given models."""
     if flag != "auto":
-        return _words("--backend", flag, tuple(BACKENDS))
+        return _words("--backend", flag, tuple(registry()))
     endpoints = [m for m in models if m.startswith(("http://", "https://"))]
     files = len(models) - len(endpoints)
-    return [b for b, accepts in ACCEPTS.items()
-            if (files and set(accepts) & {"gguf", "hf"}) or (endpoints and "endpoint" in accepts)]
+    return [b for b, d in registry().items()
+            if (files and set(d.accepts) & {"gguf", "hf"})
+            or (endpoints and "endpoint" in d.accepts)]
+
+
+def backend_help() -> str:
+    """`strata bench --backend` help, listed from the registry so it cannot go stale."""
+    listed = ", ".join(f"{n} ({d.help})" for n, d in registry().items())
+    return f"Comma list of {listed}; auto = every backend that can take the model."
 
 
 def _positive(flag: str, value: float, allow_zero: bool = False) -> None:

@@ -1,14 +1,9 @@
 """Per-position logits on each backend, with the same weights on every backend.
 
 A scorer is a backend (strata.backends registry) that also has `logits(tokens, start)`. What
-quality needs from each backend differs from what `bench` needs, and lives here:
-
-  llamacpp  the GGUF as llama.cpp runs it (quantised kernels, f16 KV cache: its defaults),
-            context sized to --ctx
-  torch     float32 on the CPU, so the figure measures the weights, not the arithmetic; the
-            GGUF when the model has one (transformers dequantises it), because a synthetic
-            model's safetensors hold *different* random weights, and a real model's GGUF is
-            what was quantised — the HF directory only when there is no GGUF
+quality needs from each backend differs from what `bench` needs: each backend's descriptor
+declares it (`scoring`: how to load it for --ctx, and which of the model's artefacts it
+reads); SCORERS and BACKEND_CHOICES are derived from the registry.
 """
 
 from __future__ import annotations
@@ -19,7 +14,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from strata.backends import ACCEPTS, create
+from strata.backends import create, describe, names, registry
 from strata.backends.base import BackendUnavailable, LoadConfig
 from strata.errors import InputError
 from strata.models.source import ResolvedModel
@@ -37,19 +32,6 @@ class Scorer(Protocol):
     def close(self) -> None: ...
 
 
-def _same_model(model: ResolvedModel) -> ResolvedModel:
-    return model
-
-
-def _gguf_first(model: ResolvedModel) -> ResolvedModel:
-    """The model restricted to its GGUF form when it has one (see the module docstring)."""
-    if "gguf" not in model.artefacts:
-        return model
-    return ResolvedModel(ref=model.ref, kind=model.kind, spec=model.spec_for("gguf"),
-                         model_name=model.model_name,
-                         artefacts={"gguf": model.artefacts["gguf"]})
-
-
 @dataclass(frozen=True)
 class ScorerKind:
     backend: str  # name in strata.backends
@@ -57,29 +39,35 @@ class ScorerKind:
     form: Callable[[ResolvedModel], ResolvedModel]  # which artefact it reads
 
 
-SCORERS: dict[str, ScorerKind] = {
-    "llamacpp": ScorerKind("llamacpp", lambda ctx: LoadConfig(n_ctx=ctx, batch=max(ctx, 512)),
-                           _same_model),
-    "torch": ScorerKind("torch", lambda _ctx: LoadConfig(device="cpu", dtype="float32"),
-                        _gguf_first),
-}
+def scorers() -> dict[str, ScorerKind]:
+    """name -> how quality loads it, for every backend whose descriptor declares scoring."""
+    return {n: ScorerKind(n, d.scoring.config, d.scoring.form)
+            for n, d in registry().items() if d.scoring is not None}
 
-# --backend values -> backends, in run order; "auto" picks the first that takes the model.
-BACKEND_CHOICES: dict[str, tuple[str, ...]] = {
-    "auto": ("llamacpp", "torch"),
-    "llamacpp": ("llamacpp",),
-    "torch": ("torch",),
-    "both": ("llamacpp", "torch"),
-}
+
+def backend_choices() -> dict[str, tuple[str, ...]]:
+    """--backend values -> backends, in run order; "auto" picks the first that takes the
+    model, "both" runs every scorer."""
+    every = names(scoring=True)
+    return {"auto": every, **{n: (n,) for n in every}, "both": every}
+
+
+def __getattr__(attr: str) -> Any:
+    # the old constant names, derived from the registry at each access
+    if attr == "SCORERS":
+        return scorers()
+    if attr == "BACKEND_CHOICES":
+        return backend_choices()
+    raise AttributeError(f"module {__name__!r} has no attribute {attr!r}")
 
 
 def can_score(backend: str, model: ResolvedModel) -> bool:
-    return any(form in model.artefacts for form in ACCEPTS[backend])
+    return any(form in model.artefacts for form in describe(backend).accepts)
 
 
 def _installed(backend: str) -> bool:
     try:
-        create(SCORERS[backend].backend)  # imports the backend's libraries; loads nothing
+        create(scorers()[backend].backend)  # imports the backend's libraries; loads nothing
     except BackendUnavailable:
         return False
     return True
@@ -87,20 +75,21 @@ def _installed(backend: str) -> bool:
 
 def choose_backends(choice: str, models: list[ResolvedModel]) -> list[str]:
     """The backends a --backend value means for these models (InputError if none fits)."""
-    if choice not in BACKEND_CHOICES:
-        raise InputError(f"--backend {choice}: choose one of {', '.join(BACKEND_CHOICES)}")
-    fits = [b for b in BACKEND_CHOICES[choice] if all(can_score(b, m) for m in models)]
+    choices = backend_choices()
+    if choice not in choices:
+        raise InputError(f"--backend {choice}: choose one of {', '.join(choices)}")
+    fits = [b for b in choices[choice] if all(can_score(b, m) for m in models)]
     if choice == "auto":  # the first that takes the model and is installed
         installed = next(([b] for b in fits if _installed(b)), [])
         if fits and not installed:
             raise InputError(f"MODEL {models[0].ref}: scoring it needs the {' or '.join(fits)} "
                              f"backend, none is installed (pip install 'strata[{fits[0]}]')")
         fits = installed
-    unfit = [b for b in BACKEND_CHOICES[choice] if b not in fits]
+    unfit = [b for b in choices[choice] if b not in fits]
     if choice != "auto" and unfit:
         model = next(m for m in models if not can_score(unfit[0], m))
         raise InputError(f"--backend {unfit[0]}: cannot run {model.ref} (it takes "
-                         f"{' or '.join(ACCEPTS[unfit[0]])}; this model is "
+                         f"{' or '.join(describe(unfit[0]).accepts)}; this model is "
                          f"{', '.join(model.artefacts) or model.kind})")
     if not fits:
         raise InputError(f"MODEL {models[0].ref}: no backend can compute its logits (strata "
@@ -110,7 +99,7 @@ def choose_backends(choice: str, models: list[ResolvedModel]) -> list[str]:
 
 def open_scorer(backend: str, model: ResolvedModel, ctx: int) -> Scorer:
     """A loaded scorer; a missing backend extra becomes a one-line InputError."""
-    kind = SCORERS[backend]
+    kind = scorers()[backend]
     try:
         scorer: Scorer = create(kind.backend)  # type: ignore[assignment]
         scorer.load(kind.form(model), kind.config(ctx))

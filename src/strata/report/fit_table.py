@@ -12,6 +12,7 @@ import sqlite3
 from collections.abc import Callable
 from typing import Any
 
+from strata.backends import names
 from strata.report.data import ReportData
 from strata.report.html import Raw, Section, badge, empty, note, table
 from strata.report.svg import TIMES, esc
@@ -19,7 +20,6 @@ from strata.report.svg import TIMES, esc
 # (model ref, backend) -> FitReport (anything with to_dict()) or its dict
 Planner = Callable[[str, str], Any]
 FIT = "strata fit MODEL"
-FIT_BACKENDS = ("llamacpp", "torch")  # backends strata fit has memory rules for
 VERDICT_BADGE = {"fits": "ok", "partial": "warn", "does not fit": "bad"}
 HEADERS = ["model", "backend", "device", "verdict", "needs / available", "max ctx",
            "quantisations that fit", "predicted t/s (range)", "basis of η"]
@@ -49,8 +49,9 @@ def benched(data: ReportData) -> list[tuple[str, str]]:
     """(model, backend) pairs benched here that fit can plan: metadata exists (not an
     endpoint) and fit knows the backend's memory rules. Newest first."""
     seen: dict[tuple[str, str], None] = {}
+    plannable = names(fit=True)  # backends whose descriptor declares fit rules
     for r in reversed(data.results):
-        if r.backend in FIT_BACKENDS and "endpoint" not in (r.info.get("model") or {}):
+        if r.backend in plannable and "endpoint" not in (r.info.get("model") or {}):
             seen.setdefault((r.model, r.backend), None)
     return list(seen)
 
