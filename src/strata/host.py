@@ -78,9 +78,10 @@ class Host:
         return host_caps(self.profile)
 
     def roofline(self, console: Console) -> Roofline:
-        """The stored roofline; measured first (and stored) if the host has none. As with
-        `probe --measure`, one measured while the host stayed busy is used for this run
-        only and not stored: it is known to be low."""
+        """The stored roofline; measured first (and stored) if the host has none. Measured
+        while the host stayed busy, it is stored flagged (Roofline.measured_busy) with a
+        warning: `strata probe --measure` on a quiet host replaces it, and a later result
+        that beats one of its peaks re-measures that peak (PeakKeeper)."""
         from strata.hardware.microbench import measure_host
         from strata.measure.roofline import Roofline
         from strata.store.hosts import latest_measurement, save_measurement
@@ -95,10 +96,10 @@ class Host:
                 lambda say: measure_host(self.profile, progress=say),
                 lambda m: status.update(f"measuring: {escape(m)}"))
         if roof.measured_busy:
-            console.print(f"[yellow]{escape(busy_refusal(roof))}[/yellow]; using it for this "
-                          "run")
-        else:
-            save_measurement(self.conn, self.fingerprint, "roofline", roof.to_dict())
+            console.print("[yellow]the roofline was measured while other processes kept the "
+                          "host busy: its peaks may be low (stored flagged; run `strata probe "
+                          "--measure` on a quiet host to replace it)[/yellow]")
+        save_measurement(self.conn, self.fingerprint, "roofline", roof.to_dict())
         return roof
 
     def peak_keeper(self, roof: Roofline) -> PeakKeeper:

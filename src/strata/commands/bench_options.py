@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import inspect
+from dataclasses import dataclass, fields
+from typing import Annotated, Any, get_type_hints
+
+import typer
+from rich.markup import escape
 
 from strata.backends import registry
 from strata.backends.base import LoadConfig
@@ -14,30 +19,68 @@ KV_TYPES = ("f16", "q8_0", "q4_0")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 
+def backend_help() -> str:
+    """`strata bench --backend` help, listed from the registry so it cannot go stale."""
+    listed = ", ".join(f"{n} ({d.help})" for n, d in registry().items())
+    return f"Comma list of {listed}; auto = every backend that can take the model."
+
+
+Opt = typer.Option
+
+
 @dataclass
 class BenchFlags:
-    models: list[str]
-    backend: str
-    n_prompt: str
-    n_gen: str
-    pg: list[str]
-    depth: str
-    batch: str
-    ubatch: str
-    threads: str
-    n_gpu_layers: str
-    flash_attn: str
-    kv_type: str
-    device: str
-    dtype: str
-    reps: int | None
-    ci_target: float
-    max_reps: int
-    max_time: float
-    delay: float
-    sustained: float | None
-    model_name: str | None
-    seed: int
+    """Every `strata bench` flag, spelled once: the CLI's signature is generated from these
+    fields (`command_signature`), and build_config reads them."""
+
+    models: Annotated[list[str] | None, typer.Argument(
+        metavar="MODEL", help="file.gguf, a Hugging Face dir, synthetic:<preset>\\[@f32|f16|"
+        "q8_0|q4_0], or http://host:port\\[/v1]. Default: the embedded synthetic preset.")] \
+        = None
+    backend: Annotated[str, Opt("--backend", "-B", help=escape(backend_help()))] = "auto"
+    n_prompt: Annotated[str, Opt("-p", "--n-prompt", help="Prompt sizes (pp tests); 'none' to "
+                                 "skip.")] = "512"
+    n_gen: Annotated[str, Opt("-n", "--n-gen", help="Generation sizes (tg tests); 'none' to "
+                              "skip.")] = "128"
+    pg: Annotated[list[str] | None, Opt("-pg", "--pg", metavar="PROMPT,GEN",
+                                        help="Combined pp+tg test (repeatable).")] = None
+    depth: Annotated[str, Opt("-d", "--n-depth", help="Context already in the KV cache.")] = "0"
+    batch: Annotated[str, Opt("-b", "--batch-size", help="llama.cpp n_batch.")] = "2048"
+    ubatch: Annotated[str, Opt("-ub", "--ubatch-size", help="llama.cpp n_ubatch.")] = "512"
+    threads: Annotated[str, Opt("-t", "--threads", help="CPU threads (default: physical "
+                                "cores).")] = ""
+    n_gpu_layers: Annotated[str, Opt("-ngl", "--n-gpu-layers", help="Layers offloaded to the "
+                                     "GPU (llama.cpp).")] = "0"
+    flash_attn: Annotated[str, Opt("-fa", "--flash-attn", help="0 or 1 (llama.cpp).")] = "0"
+    kv_type: Annotated[str, Opt("-ctk", "--cache-type", help="KV cache type: "
+                                f"{', '.join(KV_TYPES)}.")] = "f16"
+    device: Annotated[str, Opt("--device", help="torch device: cpu, cuda, cuda:1, mps.")] = "cpu"
+    dtype: Annotated[str, Opt("--dtype", help=f"torch dtype: {', '.join(DTYPES)}.")] = "auto"
+    reps: Annotated[int | None, Opt("-r", "--repetitions", help="Fixed repetitions (default: "
+                                    "adaptive to --ci-target).")] = None
+    ci_target: Annotated[float, Opt("--ci-target", help="Stop repeating once the 95% CI "
+                                    "half-width is this fraction of the mean.")] = 0.02
+    max_reps: Annotated[int, Opt("--max-reps", help="Most repetitions per test.")] = 10
+    max_time: Annotated[float, Opt("--max-time", metavar="SECONDS", help="Most timed seconds "
+                                   "per test.")] = 30.0
+    delay: Annotated[float, Opt("--delay", metavar="SECONDS",
+                                help="Cool down between tests.")] = 0.0
+    sustained: Annotated[float | None, Opt("--sustained", metavar="SECONDS", help="Decode "
+                                           "continuously: t/s timeline and throttling.")] = None
+    model_name: Annotated[str | None, Opt("--model-name", help="Model id for an endpoint "
+                                          "(default: the server's first).")] = None
+    seed: Annotated[int, Opt("--seed", help="Seed for the random prompts.")] = 0
+
+
+def command_signature(cls: type, extra: list[inspect.Parameter]) -> \
+        tuple[inspect.Signature, dict[str, Any]]:
+    """(signature, annotations) for a typer command whose parameters are `cls`'s fields
+    followed by `extra`: typer reads both from the function object."""
+    hints = get_type_hints(cls, include_extras=True)
+    params = [inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default,
+                                annotation=hints[f.name]) for f in fields(cls)]
+    params += extra
+    return inspect.Signature(params), {p.name: p.annotation for p in params}
 
 
 def _words(flag: str, text: str, allowed: tuple[str, ...] | None = None) -> list[str]:
@@ -57,12 +100,6 @@ def choose_backends(flag: str, models: list[str]) -> list[str]:
     return [b for b, d in registry().items()
             if (files and set(d.accepts) & {"gguf", "hf"})
             or (endpoints and "endpoint" in d.accepts)]
-
-
-def backend_help() -> str:
-    """`strata bench --backend` help, listed from the registry so it cannot go stale."""
-    listed = ", ".join(f"{n} ({d.help})" for n, d in registry().items())
-    return f"Comma list of {listed}; auto = every backend that can take the model."
 
 
 def _positive(flag: str, value: float, allow_zero: bool = False) -> None:
@@ -93,11 +130,14 @@ def build_config(f: BenchFlags) -> BenchConfig:
     if f.reps is not None and not 1 <= f.reps <= 1000:
         raise InputError(f"-r {f.reps}: repetitions must be between 1 and 1000")
     tests = build_tests(parse_int_list("-p", f.n_prompt, 1), parse_int_list("-n", f.n_gen, 1),
-                        parse_pairs("-pg", f.pg), parse_int_list("-d", f.depth, 0) or [0])
+                        parse_pairs("-pg", f.pg or []), parse_int_list("-d", f.depth, 0) or [0])
     reps = RepPolicy.fixed(f.reps) if f.reps else RepPolicy(
         max_reps=f.max_reps, target_rel_ci=f.ci_target, max_time_s=f.max_time,
         min_reps=min(3, f.max_reps))
-    return BenchConfig(models=f.models, backends=choose_backends(f.backend, f.models),
+    from strata.models.presets import default_model
+
+    models = f.models or [default_model()]
+    return BenchConfig(models=models, backends=choose_backends(f.backend, models),
                        tests=tests, loads=_loads(f), reps=reps, model_name=f.model_name,
                        delay_s=f.delay, sustained_s=f.sustained, seed=f.seed)
 

@@ -8,7 +8,7 @@ import os
 import shutil
 import sqlite3
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from strata.errors import InputError
@@ -147,3 +147,45 @@ def run_bench(s: Session, impls: list[Implementation], roofline: object, *, shap
     for op in dict.fromkeys(i.op for i in impls):
         figures += bench_op(op, [i for i in impls if i.op == op], ctx)
     return figures
+
+
+# -- add: the whole door an external kernel comes through --------------------------------------
+
+@dataclass
+class AddOutcome:
+    impl: Implementation
+    verdict: Verdict
+    registered: bool = False
+    figures: list = field(default_factory=list)  # list[Figure]
+    decisions: list = field(default_factory=list)  # list[Decision], one per device it runs on
+
+    @property
+    def compiled_only(self) -> bool:
+        return self.verdict.status == "compiled"
+
+
+def add_kernel(s: Session, path: Path, *, timeout_s: float,
+               progress: Callable[[str], None]) -> AddOutcome:
+    """Static check + sandboxed verification of an external kernel; registered only if it
+    passes (or, without its device, compiles)."""
+    impl = add_external(s, path)
+    verdict = run_verify(s, [impl], force=False, timeout_s=timeout_s, progress=progress)[0]
+    outcome = AddOutcome(impl, verdict)
+    if verdict.status in ("pass", "compiled"):
+        register_external(s, impl, path)
+        outcome.registered = True
+    return outcome
+
+
+def judge_added(s: Session, outcome: AddOutcome, roofline: object | None,
+                progress: Callable[[str], None]) -> None:
+    """Benchmark a registered kernel (when a roofline is given) and dispatch on each device
+    it runs on: what `kernels add` shows after the verdict."""
+    from strata.kernels.dispatch import resolve
+
+    impl = outcome.impl
+    if roofline is not None:
+        outcome.figures = run_bench(s, [impl], roofline, shapes="llm", compile_=False,
+                                    max_time_s=0.3, progress=progress)
+    outcome.decisions = [resolve(impl.op, device, s.conn, s.fingerprint, s.caps)
+                         for device in dict.fromkeys(filter(None, [outcome.verdict.device]))]

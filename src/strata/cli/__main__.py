@@ -1,0 +1,5 @@
+"""`python -m strata.cli`."""
+
+from strata.cli import main
+
+main()

@@ -1,0 +1,92 @@
+"""`strata probe` and `strata hosts`: what this machine is, and the hosts in the DB."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+
+from strata.cli import DbOption, app, check_positive, err, open_store, out
+from strata.errors import InputError, StrataError
+
+
+@app.command()
+def probe(
+    measure: Annotated[bool, typer.Option("--measure", help="Also measure memory bandwidth and "
+                                          "matmul FLOP/s per dtype: this host's roofline "
+                                          "(about 10-30 s on a small CPU).")] = False,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the profile (and roofline) as "
+                                           "JSON on stdout instead of tables.")] = False,
+    watch: Annotated[float | None, typer.Option("--watch", metavar="SECONDS",
+                                                help="Sample telemetry (clocks, temperatures, "
+                                                "power, throttling) live for SECONDS, then "
+                                                "summarise.")] = None,
+    interval_ms: Annotated[int, typer.Option("--interval", metavar="MS",
+                                             help="Telemetry sampling interval for --watch.")]
+    = 250,
+    smoke: Annotated[bool, typer.Option("--smoke/--no-smoke", help="Run the per-device smoke "
+                                        "test (tiny ops in each dtype, in a subprocess).")]
+    = True,
+    smoke_timeout: Annotated[float, typer.Option("--smoke-timeout", metavar="SECONDS",
+                                                 help="Kill a smoke test that runs longer.")]
+    = 90.0,
+    allow_busy: Annotated[bool, typer.Option("--allow-busy", help="With --measure: store the "
+                                             "roofline even when other processes kept the "
+                                             "host busy in every attempt (its peaks are then "
+                                             "low; it is stored flagged).")] = False,
+    db: DbOption = None,
+) -> None:
+    """What this machine is, whether its stack can drive each device, and (--measure) its roofline.
+
+    The probe names CPU features, GPUs (physical arch), the torch/llama.cpp/Triton stack,
+    and a support verdict per device from two checks: arch rules and a smoke test.
+    --measure stores this host's roofline for every later command: each figure is the best
+    of several trials; on a busy host it measures again, and refuses to store peaks known to
+    be low (exit 1) unless --allow-busy.
+
+    [bold]Examples[/bold]
+      strata probe               [dim]# hardware, software, support verdicts[/dim]
+      strata probe --measure     [dim]# + bandwidth and FLOP/s (the roofline)[/dim]
+      strata probe --watch 30    [dim]# live telemetry, throttling verdict[/dim]
+      strata probe --json > host.json
+    """
+    check_positive("--smoke-timeout", smoke_timeout)
+    if watch is not None:
+        check_positive("--watch", watch)
+    if not 10 <= interval_ms <= 10_000:
+        raise InputError(f"--interval must be between 10 and 10000 ms (got {interval_ms})")
+    conn = open_store(db)  # fail on a bad --db before spending time probing
+    from strata.commands.probe import run_probe
+
+    result = run_probe(conn, measure=measure, smoke=smoke, smoke_timeout_s=smoke_timeout,
+                       console=err, allow_busy=allow_busy)
+    if not json_out:
+        result.render(out)
+    if watch is not None:
+        from strata.commands.probe import run_watch
+
+        result.telemetry = run_watch(conn, result.fingerprint, watch, interval_ms / 1000, err)
+    if json_out:
+        print(json.dumps(result.to_dict(), indent=2, default=str))
+    if result.refused:
+        raise StrataError(result.refused)  # printed above, not stored: exit 1
+
+
+@app.command()
+def hosts(
+    json_out: Annotated[bool, typer.Option("--json", help="Print as JSON.")] = False,
+    db: DbOption = None,
+) -> None:
+    """List the hosts in the results database, one per hardware + software fingerprint."""
+    from strata.store.hosts import list_hosts
+    from strata.views.hosts import hosts_table
+
+    rows = list_hosts(open_store(db))
+    if json_out:
+        print(json.dumps([r.__dict__ for r in rows], indent=2))
+    elif not rows:
+        err.print("no hosts stored yet: run `strata probe` (or `strata probe --measure`)")
+    else:
+        out.print(hosts_table(rows))
+

@@ -1,0 +1,261 @@
+"""`strata kernels …`: the kernel lab's sub-commands."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+
+from strata.cli import DbOption, app, check_positive, err, open_store, out
+from strata.errors import InputError
+from strata.kernels.dialects import DIALECTS
+from strata.kernels.spec import all_specs
+
+# Help lists come from the registries (ops, dialects): they cannot go stale. Both load
+# without torch (specs and dialects import it lazily).
+OPS = ", ".join(all_specs())
+DIALECT_NAMES = ", ".join(DIALECTS)
+
+kernels_app = typer.Typer(
+    name="kernels", no_args_is_help=True, rich_markup_mode="rich",
+    help="Kernel lab: verify, benchmark and dispatch kernels per hardware dialect "
+    f"({DIALECT_NAMES}) against the torch baselines.")
+app.add_typer(kernels_app)
+
+OpArg = Annotated[str | None, typer.Argument(
+    metavar="[OP]", help=f"{OPS} (default: all).", show_default=False)]
+ImplOption = Annotated[str | None, typer.Option(
+    "--impl", help="One implementation of OP: a dialect name or dialect.variant (dialects: "
+    f"{DIALECT_NAMES}; `strata kernels list OP` shows them).", show_default=False)]
+FormatOption = Annotated[str, typer.Option(
+    "--format", "-o", help="table (default), md, csv, json or jsonl.")]
+
+
+def _check_format(fmt: str) -> None:
+    from strata.store.export import FORMATS
+
+    if fmt != "table" and fmt not in FORMATS:
+        raise InputError(f"--format {fmt}: choose table, {', '.join(FORMATS)}")
+
+
+def _kernel_session(db: Path | None):  # -> commands.kernels.Session
+    from strata.commands.kernels import session
+
+    with err.status("probing host…"):
+        return session(conn=open_store(db))
+
+
+@kernels_app.command("list")
+def kernels_list(op: OpArg = None, fmt: FormatOption = "table", db: DbOption = None) -> None:
+    """Ops x dialects x implementations: available here, verification status, best speedup.
+
+    [bold]Examples[/bold]
+      strata kernels list
+      strata kernels list rmsnorm -o json
+    """
+    from strata.commands.kernels import list_records
+    from strata.views.kernels import LIST_COLUMNS, emit, list_table
+
+    _check_format(fmt)
+    records = list_records(_kernel_session(db), op)
+    if fmt == "table":
+        out.print(list_table(records))
+    else:
+        sys.stdout.write(emit(records, fmt, LIST_COLUMNS))
+
+
+@kernels_app.command("verify")
+def kernels_verify(
+    op: OpArg = None,
+    impl: ImplOption = None,
+    force: Annotated[bool, typer.Option("--force", help="Verify again even when this host "
+                                        "has a verdict for this exact source.")] = False,
+    timeout: Annotated[float, typer.Option("--timeout", help="Seconds per implementation "
+                                           "before the sandbox kills it.")] = 300.0,
+    fmt: FormatOption = "table",
+    db: DbOption = None,
+) -> None:
+    """Prove implementations correct, each in a sandboxed subprocess.
+
+    Compiled kernels are first checked for what they link to (libm, memory and OpenMP only;
+    no constructors); each worker then confines itself (Landlock: writes only in a private
+    scratch dir; seccomp: no processes, exec or sockets) before it loads the kernel — the
+    table's caption names the level. Several shapes (ragged ones included), seeds and input
+    distributions; every case is called three times on canary-guarded buffers with the
+    output pre-filled with NaN, zeros, random values or another input's answer, on one, the
+    default and an oversubscribed number of threads, and every call must be right; inputs
+    unchanged; outputs must depend on the inputs and not be constant; NaN/Inf parity;
+    tolerance |out - ref| <= atol*max(1, rms(ref)) + rtol*|ref|. Verdicts are cached per
+    host and source hash. Triton runs under its interpreter without a GPU; CUDA sources are
+    compile-checked when nvcc is present but no GPU is. Exit code 1 if any fails.
+
+    [bold]Examples[/bold]
+      strata kernels verify
+      strata kernels verify rmsnorm --impl c.avx2 --force
+    """
+    from strata.commands.kernels import run_verify, select
+    from strata.views.kernels import VERIFY_COLUMNS, emit, render_failures, verdict_table
+
+    _check_format(fmt)
+    check_positive("--timeout", timeout)
+    s = _kernel_session(db)
+    impls = select(op, impl, s.conn)
+    with err.status("verifying…") as status:
+        verdicts = run_verify(s, impls, force=force, timeout_s=timeout,
+                              progress=lambda m: status.update(escape(m)))
+    if fmt == "table":
+        out.print(verdict_table(verdicts))
+        render_failures(err, verdicts)
+    else:
+        sys.stdout.write(emit([v.to_dict() for v in verdicts], fmt, VERIFY_COLUMNS))
+    if any(v.status == "fail" for v in verdicts):
+        raise typer.Exit(1)
+
+
+@kernels_app.command("bench")
+def kernels_bench(
+    op: OpArg = None,
+    impl: ImplOption = None,
+    shapes: Annotated[str, typer.Option("--shapes", help="Shape set: llm (the presets' real "
+                                        "shapes), figure (the README figures), verify (tiny), "
+                                        "gpu (matmul 4096³).")] = "llm",
+    compile_: Annotated[bool, typer.Option("--compile/--no-compile", help="Also time "
+                                           "torch.compile (compiles per shape: slow on CPU).")]
+    = True,
+    max_time: Annotated[float, typer.Option("--max-time", help="Seconds of timed calls per "
+                                            "contender and shape.")] = 0.5,
+    cache: Annotated[str, typer.Option("--cache", help="cold: flush the caches before every "
+                                       "call (default); warm: calls back to back, as in a "
+                                       "decode loop.")] = "cold",
+    dtype: Annotated[str, typer.Option("--dtype", help="float32 (default), bfloat16 or "
+                                       "float16; implementations that do not declare it "
+                                       "are skipped (the c dialect is float32).")]
+    = "float32",
+    fmt: FormatOption = "table",
+    db: DbOption = None,
+) -> None:
+    """Time verified implementations against torch eager and torch.compile, side by side.
+
+    Baselines time in their own trusted process, kernels in a confined one, on the same
+    stream of inputs: every call gets inputs it has never seen and a poisoned output, and
+    the timed calls' outputs are checked afterwards. The cache is flushed before each call
+    with a buffer ≥ 2x the probed last-level cache (GPU: 2x L2); warm-up by time; median
+    and IQR; GB/s and GFLOP/s as a share of this host's measured roofline (measured first if
+    missing; re-measured when a result beats it by > 5%). A time beyond the roofline is
+    disqualified; speedups > 10x are re-timed in new processes on new inputs; a noisy
+    eager baseline is re-measured and, if still noisy, its shape does not count. Rows are
+    stored for dispatch.
+
+    [bold]Examples[/bold]
+      strata kernels bench rmsnorm
+      strata kernels bench matmul --shapes figure --no-compile -o md
+    """
+    from strata.commands.kernels import run_bench, select
+    from strata.kernels.spec import get_spec
+    from strata.views.kernels import BENCH_COLUMNS, bench_table, emit, figure_record
+
+    _check_format(fmt)
+    check_positive("--max-time", max_time)
+    if cache not in ("cold", "warm"):
+        raise InputError(f"--cache {cache}: choose cold or warm")
+    if dtype not in ("float32", "bfloat16", "float16"):
+        raise InputError(f"--dtype {dtype}: choose float32, bfloat16 or float16")
+    s = _kernel_session(db)
+    impls = select(op, impl, s.conn)
+    ops = list(dict.fromkeys(i.op for i in impls))
+    for name in ops:  # a bad --shapes fails before minutes of roofline measurement
+        get_spec(name).shape_set(shapes)
+    roof = s.host.roofline(err)
+    figures = []
+    for n, name in enumerate(ops, 1):  # each op's table as soon as it is measured
+        with err.status(f"[{n}/{len(ops)}] {name}…") as status:
+            done = run_bench(s, [i for i in impls if i.op == name], roof, shapes=shapes,
+                             compile_=compile_, max_time_s=max_time, cache=cache,
+                             dtype=dtype,
+                             progress=lambda m, n=n: status.update(
+                                 f"[{n}/{len(ops)}] {escape(m)}"))
+        figures += done
+        if fmt == "table" and done:
+            out.print(bench_table(done, f"{name} ({dtype}, {cache} cache)"))
+    if fmt != "table":
+        sys.stdout.write(emit([figure_record(f) for f in figures], fmt, BENCH_COLUMNS))
+
+
+@kernels_app.command("explain")
+def kernels_explain(
+    op: Annotated[str, typer.Argument(metavar="OP", help="The op to dispatch.")],
+    device: Annotated[str, typer.Option("--device", help="cpu, cuda:0, rocm:0, …")] = "cpu",
+    json_out: Annotated[bool, typer.Option("--json", help="Print the decision as JSON.")]
+    = False,
+    db: DbOption = None,
+) -> None:
+    """Which implementation dispatch picks for OP here, and why each other one was not.
+
+    [bold]Examples[/bold]
+      strata kernels explain rmsnorm
+      strata kernels explain matmul --device cuda:0 --json
+    """
+    from strata.kernels.dispatch import resolve
+    from strata.views.kernels import render_decision
+
+    s = _kernel_session(db)
+    if s.caps.device(device) is None:
+        raise InputError(f"--device {device}: not on this host (it has "
+                         f"{', '.join(d.key for d in s.caps.devices)})")
+    decision = resolve(op, device, s.conn, s.fingerprint, s.caps)
+    if json_out:
+        print(json.dumps(decision.to_dict(), indent=2))
+    else:
+        render_decision(out, decision)
+
+
+@kernels_app.command("add")
+def kernels_add(
+    file: Annotated[Path, typer.Argument(metavar="FILE", help="One kernel source with a "
+                                         "'strata-kernel: op=… dialect=… entry=…' line.")],
+    bench: Annotated[bool, typer.Option("--bench/--no-bench", help="Benchmark it after it "
+                                        "verifies.")] = True,
+    timeout: Annotated[float, typer.Option("--timeout", help="Sandbox seconds.")] = 300.0,
+    db: DbOption = None,
+) -> None:
+    """Register an external kernel (hand-written or model-written): static check, sandboxed
+    verification, benchmark; dispatch uses it when it wins.
+
+    The file declares itself (docs/kernels-abi.md), e.g. a first line
+    [bold]// strata-kernel: op=rmsnorm dialect=c entry=strata_rmsnorm requires=avx2,fma[/bold].
+    It must not call the vendor op, patch the timer or harness, start threads, streams or
+    processes, or touch files or the network. Exit code 1 if it is rejected.
+
+    [bold]Examples[/bold]
+      strata kernels add my_rmsnorm.c
+      strata kernels add softmax_kernel.py --no-bench
+    """
+    from strata.commands.kernels import add_kernel, judge_added
+    from strata.views.kernels import bench_table, render_decision, render_failures, verdict_table
+
+    check_positive("--timeout", timeout)
+    s = _kernel_session(db)
+    with err.status(f"verifying {escape(str(file))}…") as status:
+        outcome = add_kernel(s, file, timeout_s=timeout,
+                             progress=lambda m: status.update(escape(m)))
+    out.print(verdict_table([outcome.verdict]))
+    render_failures(err, [outcome.verdict])
+    if not outcome.registered:
+        raise typer.Exit(1)
+    if outcome.compiled_only:
+        err.print(f"{outcome.impl.key}: registered; it compiles but runs only where its device "
+                  "is (verify there)", markup=False)
+        return
+    roof = s.host.roofline(err) if bench else None
+    with err.status("benchmarking…") as status:
+        judge_added(s, outcome, roof, progress=lambda m: status.update(escape(m)))
+    if outcome.figures:
+        out.print(bench_table(outcome.figures,
+                              f"{outcome.impl.op}: {outcome.impl.name} vs torch eager"))
+    for decision in outcome.decisions:
+        render_decision(out, decision)
+

@@ -1,0 +1,227 @@
+"""The model commands: bench, compare, history, report, quality, fit."""
+
+from __future__ import annotations
+
+import inspect
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from strata.backends import names
+from strata.cli import DbOption, app, err, open_store, out
+from strata.commands.bench_options import (
+    FORMATS_HELP,
+    BenchFlags,
+    build_config,
+    command_signature,
+)
+from strata.errors import InputError
+
+Opt = typer.Option
+
+
+def bench(**params: Any) -> None:
+    """How fast a model runs here, on llama.cpp, PyTorch or a server, and why (the roofline).
+
+    Tests follow llama-bench: pp<N> prompt processing, tg<M> generation, pp<N>+tg<M>, each
+    optionally @d<D> after D tokens of context. Lists and ranges sweep (-p 128,512 -t 1-2).
+    Every result is stored with the host, versions, full config and raw samples.
+
+    [bold]Examples[/bold]
+      strata bench                                   [dim]# embedded synthetic preset[/dim]
+      strata bench synthetic:qwen2.5-0.5b@q4_0 -p 128,512 -n 64
+      strata bench model.gguf -B llamacpp -t 1-2 -d 0,1024 -o md
+      strata bench http://127.0.0.1:8080 --model-name my-model -p 256 -n 64
+    """
+    from strata.commands.bench import print_outcome, run_bench
+
+    fmt, list_presets, db = params.pop("fmt"), params.pop("list_presets"), params.pop("db")
+    if list_presets:
+        _print_presets()
+        return
+    if fmt not in FORMATS_HELP:
+        raise InputError(f"--format {fmt}: choose one of {', '.join(FORMATS_HELP)}")
+    config = build_config(BenchFlags(**params))
+    outcome = run_bench(open_store(db), config, err)
+    print_outcome(outcome, fmt, out, err)
+    if outcome.status == "incomplete":
+        raise typer.Exit(130)
+
+
+# The flags are spelled once, in BenchFlags; the command's own are added here.
+bench.__signature__, bench.__annotations__ = command_signature(BenchFlags, [  # type: ignore
+    inspect.Parameter("fmt", inspect.Parameter.KEYWORD_ONLY, default="table", annotation=Annotated[
+        str, Opt("--format", "-o", help=f"{', '.join(FORMATS_HELP)}.")]),
+    inspect.Parameter("list_presets", inspect.Parameter.KEYWORD_ONLY, default=False,
+                      annotation=Annotated[bool, Opt("--list-presets", help="List the synthetic "
+                                                     "presets and exit.")]),
+    inspect.Parameter("db", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=DbOption)])
+app.command(context_settings={"help_option_names": ["-h", "--help"]})(bench)
+
+
+def _print_presets() -> None:
+    from rich.table import Table
+
+    from strata.models.presets import default_model, list_presets
+
+    t = Table(title=f"Synthetic presets (default {default_model()})", title_justify="left")
+    for col in ("preset", "arch", "layers", "hidden", "heads/kv", "vocab", "source"):
+        t.add_column(col)
+    for p in list_presets():
+        t.add_row(p.name, p.arch, str(p.n_layers), str(p.hidden),
+                  f"{p.n_heads}/{p.n_kv_heads}", str(p.vocab), p.source)
+    out.print(t)
+    out.print("quantisations: @f32 @f16 @q8_0 @q4_0 (GGUF); torch runs the f16/f32 weights")
+
+
+@app.command()
+def compare(
+    side_a: Annotated[str, typer.Argument(metavar="A", help="Baseline: run id, run:N, "
+                                          "host:FP, backend:NAME or commit:SHA.")],
+    side_b: Annotated[str, typer.Argument(metavar="B", help="Compared against A, same forms.")],
+    json_out: Annotated[bool, typer.Option("--json", help="Print as JSON.")] = False,
+    db: DbOption = None,
+) -> None:
+    """Speedup of B over A on every configuration both have, with its significance.
+
+    [bold]Examples[/bold]
+      strata compare 3 4                          [dim]# run 4 vs run 3[/dim]
+      strata compare backend:torch backend:llamacpp
+      strata compare host:0de260d8 host:9a1f3c2b
+    """
+    from strata.compare import compare as run_compare
+    from strata.views.compare import compare_table
+
+    pairs = run_compare(open_store(db), side_a, side_b)
+    if json_out:
+        print(json.dumps([{"model": p.a.model, "test": p.a.test, "backend_a": p.a.backend,
+                           "backend_b": p.b.backend, "metric": p.metric, "a": p.a_mean,
+                           "b": p.b_mean, "speedup": p.speedup, "p": p.p,
+                           "significant": p.significant} for p in pairs], indent=2))
+    else:
+        out.print(compare_table(pairs, side_a, side_b))
+
+
+@app.command()
+def history(
+    model: Annotated[str | None, typer.Argument(help="Only this model (as given to bench).")]
+    = None,
+    backend: Annotated[str | None, typer.Option("--backend", "-B", help="Only this backend.")]
+    = None,
+    test: Annotated[str | None, typer.Option("--test", help="Only this test, e.g. tg128.")]
+    = None,
+    db: DbOption = None,
+) -> None:
+    """Every stored bench result over time: run, date, host, commit, t/s."""
+    from strata.compare import history as run_history
+    from strata.views.compare import history_table
+
+    out.print(history_table(run_history(open_store(db), model, backend, test)))
+
+
+@app.command()
+def report(
+    out_path: Annotated[Path, typer.Option("--out", metavar="FILE", help="Where to write the "
+                                           "HTML file.")] = Path("report.html"),
+    open_it: Annotated[bool, typer.Option("--open", help="Open it in the default browser "
+                                          "once written.")] = False,
+    db: DbOption = None,
+) -> None:
+    """One self-contained HTML report: host card, roofline chart, t/s vs depth and prompt size,
+    sustained runs and throttling, quantisation frontier, fit table.
+
+    No scripts, fonts or network requests: the file opens offline and can be shared as is.
+    A section without data says which command fills it.
+
+    [bold]Examples[/bold]
+      strata report                          [dim]# writes ./report.html[/dim]
+      strata report --out ~/host.html --open
+    """
+    from strata.commands.report import open_report, run_report
+
+    outcome = run_report(open_store(db), out_path)
+    out.print(outcome.summary(), highlight=False, soft_wrap=True, markup=False)
+    if open_it and not open_report(outcome.path):
+        err.print(f"could not start a browser: open {outcome.path} by hand", markup=False)
+
+
+@app.command()
+def quality(
+    model: Annotated[str, typer.Argument(
+        help="file.gguf, a Hugging Face dir (with its tokenizer files) or synthetic:<preset>"
+        "\\[@f32|f16|q8_0|q4_0].")],
+    ref: Annotated[str | None, typer.Option(
+        "--ref", metavar="MODEL", help="Reference with the same vocabulary (e.g. the f16 of a "
+        "q4_0): adds KL divergence, top-1 agreement and the decode speed ratio.")] = None,
+    text: Annotated[Path | None, typer.Option(
+        "--text", metavar="FILE", help="UTF-8 text to score (default: the stdlib's pydoc "
+        "topics, offline).")] = None,
+    ctx: Annotated[int, typer.Option(
+        "--ctx", help="Tokens per chunk; the second half of each chunk is scored "
+        "(llama-perplexity's convention).")] = 512,
+    backend: Annotated[str, typer.Option(
+        "--backend", "-B", help=f"{', '.join(names(scoring=True))}, both, or auto (the first "
+        f"of {', '.join(names(scoring=True))} that can read the model).")] = "auto",
+    max_chunks: Annotated[int, typer.Option(
+        "--max-chunks", metavar="K", help="Score only the first K chunks (bounds the time).")]
+    = 32,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the results as JSON.")] = False,
+    db: DbOption = None,
+) -> None:
+    """What a quantisation costs: perplexity; with --ref, KL, top-1 and the speed ratio.
+
+    Every backend scores the same token ids and the same weights (torch: the GGUF in float32).
+    Results are stored with the host, next to the bench results.
+
+    [bold]Examples[/bold]
+      strata quality synthetic:smollm2-135m@q8_0          [dim]# perplexity, default text[/dim]
+      strata quality model-q4_0.gguf --ref model-f16.gguf  [dim]# KL, top-1, speed ratio[/dim]
+      strata quality model.gguf --backend both --ctx 256   [dim]# llama.cpp vs PyTorch[/dim]
+      strata quality model.gguf --text my.txt --max-chunks 64 --json
+    """
+    conn = open_store(db)  # fail on a bad --db before tokenising or loading anything
+    from strata.commands.quality import quality_main
+
+    quality_main(model, ref, text, ctx, backend, max_chunks, json_out, conn, out, err)
+
+
+@app.command()
+def fit(
+    model: Annotated[str, typer.Argument(
+        metavar="MODEL", help="file.gguf, a Hugging Face dir, or synthetic:<preset>@<quant> "
+        "(f32, f16, q8_0, q4_0). Only its metadata is read: nothing is loaded or written.")],
+    ctx: Annotated[int | None, typer.Option("--ctx", "-c", help="Context per sequence, in "
+                                            "tokens (default 4096).", show_default=False)]
+    = None,
+    batch: Annotated[int, typer.Option("--batch", help="Parallel sequences, each with its own "
+                                       "context.")] = 1,
+    kv_type: Annotated[str | None, typer.Option("--kv-type", help="KV cache type for llamacpp: "
+                                                "f16 (default), q8_0, q4_0.",
+                                                show_default=False)] = None,
+    backend: Annotated[str, typer.Option("--backend", "-B",
+                                         help=f"{' or '.join(names(fit=True))}.")]
+    = "llamacpp",
+    json_out: Annotated[bool, typer.Option("--json", help="Print everything as JSON.")] = False,
+    db: DbOption = None,
+) -> None:
+    """Will MODEL fit on this machine, with how much context, and how fast would it run?
+
+    Per device: weights (exact per-tensor bytes), KV cache (grouped-query aware), buffers and
+    overhead (the rules are printed), the verdict with the -ngl to pass to llama.cpp, the
+    largest context and the quantisations that fit. Predicted t/s = this host's measured
+    roofline x the median η of its past bench results (else a stated prior).
+
+    [bold]Examples[/bold]
+      strata fit synthetic:llama-3.1-8b@q4_0 --ctx 32768
+      strata fit model.gguf --kv-type q8_0 --batch 4
+      strata fit ./hf-model-dir --backend torch --json
+    """
+    conn = open_store(db)
+    from strata.commands.fit import print_fit, run_fit
+
+    report = run_fit(conn, model, ctx=ctx, batch=batch, kv_type=kv_type, backend=backend,
+                     console=err)
+    print_fit(report, json_out, out)
+
