@@ -25,22 +25,31 @@ import hashlib
 import json
 import os
 import shutil
-import struct
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 from typing import Any, BinaryIO
 
 import numpy as np
 
 from strata.errors import InputError
-from strata.models.hf import hf_name
 from strata.models.presets import Preset, get_preset
 from strata.models.source import ResolvedModel, register
 from strata.models.spec import OUTPUT, TOKEN_EMBD, ModelSpec, TensorInfo
+
+# The vocabulary lives in its own module; these names stay importable from here.
+from strata.models.synthetic_vocab import (  # noqa: F401
+    _TOKEN_TYPE,
+    FIRST_TEXT_ID,
+    N_BYTE_TOKENS,
+    text_for_tokens,
+    text_id_range,
+    text_token_capacity,
+    tokens_for_text,
+    vocab_tokens,
+)
 
 PREFIX = "synthetic:"
 DEFAULT_QUANT = "q8_0"
@@ -53,76 +62,18 @@ WRITER_VERSION = 1
 # ---------------------------------------------------------------------------------------
 
 UNK_ID, BOS_ID, EOS_ID = 0, 1, 2
-N_BYTE_TOKENS = 256
-FIRST_TEXT_ID = 3 + N_BYTE_TOKENS  # first id that is a plain character
-_FIRST_CODE_POINT = 0x4E00  # CJK: one code point per token, nothing llama.cpp treats as space
-_TOKEN_TYPE = {"normal": 1, "unknown": 2, "control": 3, "byte": 6}  # llama.cpp token types
 
 
-@lru_cache(maxsize=1)
-def _code_points() -> np.ndarray:
-    """Every code point a text token may use, in id order.
-
-    Skips surrogates (not encodable in UTF-8) and Unicode noncharacters (U+FDD0..U+FDEF,
-    U+xxFFFE/U+xxFFFF), which some HTTP/JSON stacks reject or replace.
-    """
-    cps = np.arange(_FIRST_CODE_POINT, 0x110000, dtype=np.int64)
-    keep = ~((cps >= 0xD800) & (cps <= 0xDFFF))
-    keep &= ~((cps >= 0xFDD0) & (cps <= 0xFDEF))
-    keep &= (cps & 0xFFFE) != 0xFFFE
-    return cps[keep]
 
 
-def text_token_capacity() -> int:
-    """Largest vocabulary the synthetic tokenizer can express."""
-    return FIRST_TEXT_ID + len(_code_points())
 
 
-def text_for_tokens(ids: Iterable[int]) -> str:
-    """The text that a synthetic model's tokenizer turns into exactly `ids` (after BOS).
-
-    Every id must be a plain-text id (>= FIRST_TEXT_ID and below the model's vocab).
-    """
-    cps = _code_points()
-    out = []
-    for i in ids:
-        if not FIRST_TEXT_ID <= i < FIRST_TEXT_ID + len(cps):
-            raise ValueError(f"token id {i} is not a synthetic text token "
-                             f"(ids {FIRST_TEXT_ID}..vocab-1 are)")
-        out.append(chr(int(cps[i - FIRST_TEXT_ID])))
-    return "".join(out)
 
 
-def text_id_range(vocab: int) -> range:
-    """Ids a benchmark may draw for a synthetic model of `vocab` tokens when the prompt must
-    travel as text (every one is a single character)."""
-    return range(FIRST_TEXT_ID, vocab)
 
 
-def tokens_for_text(text: str) -> list[int]:
-    """Inverse of text_for_tokens: one id per character (ValueError for any other text)."""
-    cps = _code_points()
-    ids = []
-    for ch in text:
-        pos = int(np.searchsorted(cps, ord(ch)))
-        if pos >= len(cps) or cps[pos] != ord(ch):
-            raise ValueError(f"character {ch!r} (U+{ord(ch):04X}) is not a synthetic text token")
-        ids.append(FIRST_TEXT_ID + pos)
-    return ids
 
 
-def vocab_tokens(vocab: int) -> tuple[list[str], list[int], list[float]]:
-    """(token texts, llama.cpp token types, scores) of a synthetic vocabulary of `vocab`."""
-    if not FIRST_TEXT_ID < vocab <= text_token_capacity():
-        raise InputError(f"synthetic vocab of {vocab}: must be in {FIRST_TEXT_ID + 1}.."
-                         f"{text_token_capacity()}")
-    texts = ["<unk>", "<s>", "</s>", *(f"<0x{b:02X}>" for b in range(N_BYTE_TOKENS))]
-    types = [_TOKEN_TYPE["unknown"], _TOKEN_TYPE["control"], _TOKEN_TYPE["control"]]
-    types += [_TOKEN_TYPE["byte"]] * N_BYTE_TOKENS
-    texts += [chr(int(c)) for c in _code_points()[: vocab - FIRST_TEXT_ID]]
-    types += [_TOKEN_TYPE["normal"]] * (vocab - FIRST_TEXT_ID)
-    scores = [-float(i) for i in range(vocab)]
-    return texts, types, scores
 
 
 # ---------------------------------------------------------------------------------------
@@ -326,6 +277,8 @@ class SyntheticModel:
     def hf_path(self) -> Path:
         """The Hugging Face directory, written on first use."""
         size = sum(t.nbytes for t in self.hf_tensors())
+        from strata.models.synthetic_hf import write_hf  # the HF writer needs this module
+
         return _materialise(self, self.content_key("hf"), size, lambda d: write_hf(self, d))
 
     def seed(self, fmt: str) -> int:
@@ -520,73 +473,6 @@ def write_gguf(model: SyntheticModel, path: Path) -> None:
 # ---------------------------------------------------------------------------------------
 # Hugging Face writer (config.json + model.safetensors)
 # ---------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class HfArch:
-    """What transformers needs to know an architecture by."""
-
-    architecture: str
-    model_type: str
-    extra: dict[str, Any]
-
-
-HF_ARCHS: dict[str, HfArch] = {
-    "llama": HfArch("LlamaForCausalLM", "llama", {"mlp_bias": False}),
-    "qwen2": HfArch("Qwen2ForCausalLM", "qwen2",
-                    {"use_sliding_window": False, "sliding_window": None}),
-}
-_TORCH_DTYPE = {"F16": "float16", "F32": "float32"}
-
-
-def hf_label(model: SyntheticModel) -> str:
-    # Not model.ref: @q8_0 and @q4_0 share one F16 directory, so its bytes must not say
-    # which of them wrote it.
-    return f"{PREFIX}{model.preset.name} ({QUANTS[model.quant].hf} weights)"
-
-
-def hf_config(model: SyntheticModel) -> dict[str, Any]:
-    p = model.preset
-    arch = HF_ARCHS.get(p.arch)
-    if arch is None:
-        raise InputError(f"{model.ref}: no Hugging Face layout for arch {p.arch!r} "
-                         f"(synthetic HF models support: {', '.join(HF_ARCHS)})")
-    return {
-        "architectures": [arch.architecture], "model_type": arch.model_type,
-        "hidden_size": p.hidden, "intermediate_size": p.ffn,
-        "num_hidden_layers": p.n_layers, "num_attention_heads": p.n_heads,
-        "num_key_value_heads": p.n_kv_heads, "head_dim": p.head_dim,
-        "vocab_size": p.vocab, "max_position_embeddings": p.ctx_max,
-        "rms_norm_eps": p.norm_eps, "rope_theta": p.rope_theta,
-        "tie_word_embeddings": p.tied_embeddings, "attention_bias": p.qkv_bias,
-        "hidden_act": "silu", "torch_dtype": _TORCH_DTYPE[QUANTS[model.quant].hf],
-        "bos_token_id": BOS_ID, "eos_token_id": EOS_ID, "use_cache": True,
-        "strata_synthetic": hf_label(model), **arch.extra,
-    }
-
-
-def safetensors_header(tensors: Sequence[TensorPlan], metadata: dict[str, str]) -> bytes:
-    """8-byte length + JSON header (padded with spaces to 8 bytes, as safetensors does)."""
-    header: dict[str, Any] = {"__metadata__": metadata}
-    offset = 0
-    for t in tensors:
-        header[hf_name(t.name)] = {"dtype": t.storage.name, "shape": list(t.shape),
-                                   "data_offsets": [offset, offset + t.nbytes]}
-        offset += t.nbytes
-    blob = json.dumps(header, separators=(",", ":")).encode()
-    blob += b" " * (-len(blob) % 8)
-    return struct.pack("<Q", len(blob)) + blob
-
-
-def write_hf(model: SyntheticModel, folder: Path) -> None:
-    tensors = model.hf_tensors()
-    (folder / "config.json").write_text(json.dumps(hf_config(model), indent=2) + "\n")
-    pool = RandomPool(model.seed("hf"), max(t.nbytes for t in tensors))
-    with open(folder / "model.safetensors", "wb") as out:
-        out.write(safetensors_header(tensors, {"format": "pt",
-                                               "strata_synthetic": hf_label(model)}))
-        for t in tensors:
-            _stream_tensor(out, t, pool)
 
 
 # ---------------------------------------------------------------------------------------

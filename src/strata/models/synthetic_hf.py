@@ -1,0 +1,93 @@
+"""A synthetic model as a Hugging Face directory: config.json from the preset and
+safetensors of random weights, streamed like the GGUF writer."""
+
+from __future__ import annotations
+
+import json
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from strata.errors import InputError
+from strata.models.hf import hf_name
+from strata.models.synthetic import (
+    BOS_ID,
+    EOS_ID,
+    PREFIX,
+    QUANTS,
+    RandomPool,
+    SyntheticModel,
+    TensorPlan,
+    _stream_tensor,
+)
+
+
+@dataclass(frozen=True)
+class HfArch:
+    """What transformers needs to know an architecture by."""
+
+    architecture: str
+    model_type: str
+    extra: dict[str, Any]
+
+
+HF_ARCHS: dict[str, HfArch] = {
+    "llama": HfArch("LlamaForCausalLM", "llama", {"mlp_bias": False}),
+    "qwen2": HfArch("Qwen2ForCausalLM", "qwen2",
+                    {"use_sliding_window": False, "sliding_window": None}),
+}
+
+
+_TORCH_DTYPE = {"F16": "float16", "F32": "float32"}
+
+
+def hf_label(model: SyntheticModel) -> str:
+    # Not model.ref: @q8_0 and @q4_0 share one F16 directory, so its bytes must not say
+    # which of them wrote it.
+    return f"{PREFIX}{model.preset.name} ({QUANTS[model.quant].hf} weights)"
+
+
+def hf_config(model: SyntheticModel) -> dict[str, Any]:
+    p = model.preset
+    arch = HF_ARCHS.get(p.arch)
+    if arch is None:
+        raise InputError(f"{model.ref}: no Hugging Face layout for arch {p.arch!r} "
+                         f"(synthetic HF models support: {', '.join(HF_ARCHS)})")
+    return {
+        "architectures": [arch.architecture], "model_type": arch.model_type,
+        "hidden_size": p.hidden, "intermediate_size": p.ffn,
+        "num_hidden_layers": p.n_layers, "num_attention_heads": p.n_heads,
+        "num_key_value_heads": p.n_kv_heads, "head_dim": p.head_dim,
+        "vocab_size": p.vocab, "max_position_embeddings": p.ctx_max,
+        "rms_norm_eps": p.norm_eps, "rope_theta": p.rope_theta,
+        "tie_word_embeddings": p.tied_embeddings, "attention_bias": p.qkv_bias,
+        "hidden_act": "silu", "torch_dtype": _TORCH_DTYPE[QUANTS[model.quant].hf],
+        "bos_token_id": BOS_ID, "eos_token_id": EOS_ID, "use_cache": True,
+        "strata_synthetic": hf_label(model), **arch.extra,
+    }
+
+
+def safetensors_header(tensors: Sequence[TensorPlan], metadata: dict[str, str]) -> bytes:
+    """8-byte length + JSON header (padded with spaces to 8 bytes, as safetensors does)."""
+    header: dict[str, Any] = {"__metadata__": metadata}
+    offset = 0
+    for t in tensors:
+        header[hf_name(t.name)] = {"dtype": t.storage.name, "shape": list(t.shape),
+                                   "data_offsets": [offset, offset + t.nbytes]}
+        offset += t.nbytes
+    blob = json.dumps(header, separators=(",", ":")).encode()
+    blob += b" " * (-len(blob) % 8)
+    return struct.pack("<Q", len(blob)) + blob
+
+
+def write_hf(model: SyntheticModel, folder: Path) -> None:
+    tensors = model.hf_tensors()
+    (folder / "config.json").write_text(json.dumps(hf_config(model), indent=2) + "\n")
+    pool = RandomPool(model.seed("hf"), max(t.nbytes for t in tensors))
+    with open(folder / "model.safetensors", "wb") as out:
+        out.write(safetensors_header(tensors, {"format": "pt",
+                                               "strata_synthetic": hf_label(model)}))
+        for t in tensors:
+            _stream_tensor(out, t, pool)
