@@ -1,1 +1,1 @@
-"""Use cases behind the CLI commands: probe, store, render (kept out of cli.py)."""
+"""Use cases behind the CLI commands: probe, store, render (kept out of strata.cli)."""
