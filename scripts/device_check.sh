@@ -3,15 +3,19 @@
 # the GPU-marked tests, then the kernel lab's GPU figures, everything logged under $OUT.
 # Runs from the repo root under the machine's own python3 (torch, triton, nvcc there);
 # strata's small pure-Python deps missing there are installed from carried wheels
-# (.device-wheels/, made here with: pip download platformdirs gguf --no-deps -d .device-wheels).
+# (.device-wheels/, made here with:
+#  pip download platformdirs gguf pyelftools --no-deps -d .device-wheels).
 set -u
 OUT=${OUT:-/tmp/strata-device-out}
 mkdir -p "$OUT"
 export PYTHONPATH="$PWD/src:$PWD" PYTHONUNBUFFERED=1 STRATA_HOME="$OUT/home"
 [ -d .device-wheels ] && python3 -m pip install --no-index --no-deps -q .device-wheels/*.whl
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$OUT/gpu.txt" 2>&1
-python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_kernels_gpu.py -s \
-    > "$OUT/gpu_tests.txt" 2>&1
+python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_kernels_gpu.py tests/test_devices.py \
+    -s > "$OUT/gpu_tests.txt" 2>&1
+# The confined GPU worker (Landlock allows the toolchain, seccomp keeps exec): its level and
+# any sandbox_violation of a built-in kernel show here.
+python3 -m strata.cli kernels verify rmsnorm --force > "$OUT/verify_rmsnorm.txt" 2>&1
 S="python3 -m strata.cli kernels"
 $S verify -o json > "$OUT/verify.json" 2> "$OUT/verify.err"
 {
