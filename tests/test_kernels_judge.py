@@ -257,3 +257,20 @@ def test_kernel_figures_timed_on_a_busy_host_say_so(kernel_session: Session) -> 
     for fig in figures:
         assert any(f.startswith("host busy: other processes used") for f in fig.flags), \
             fig.to_dict()
+
+
+@pytest.mark.slow
+def test_an_escape_in_the_benchmark_worker_is_named_too(kernel_session: Session) -> None:
+    """The benchmark worker loads kernel code as well: an escape attempted there (here at
+    load time) fails the job with its reason, not only in verification."""
+    from strata.kernels.sandbox import SandboxPolicy, run_job
+
+    impl = from_source(ADVERSARIAL / "writes_at_load.py", origin="external")
+    job = {"mode": "bench", "op": "silu_mul", "device": "cpu", "dtype": "float32",
+           "shapes": [{"rows": 2, "cols": 8}], "seed": 0, "flush_bytes": 1 << 20,
+           "cache": "cold", "impls": [impl.to_job()],
+           "policy": {"warmup_s": 0.0, "min_reps": 1, "max_reps": 2, "max_time_s": 0.1}}
+    result = run_job(job, SandboxPolicy(timeout_s=300))
+    assert result["failure"]["reason"] == checks.SANDBOX_VIOLATION, result
+    assert "/tmp/strata_escape_load" in result["failure"]["message"]
+    assert not os.path.exists("/tmp/strata_escape_load")
