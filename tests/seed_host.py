@@ -35,3 +35,10 @@ def seed_host(home: Path) -> str:
     save_measurement(conn, fingerprint, "roofline", SEEDED_ROOFLINE.to_dict())
     conn.close()
     return fingerprint
+
+
+def seeded_home(factory: object, name: str) -> Path:
+    """A new STRATA_HOME from pytest's tmp_path_factory, seeded as `seed_host` does."""
+    home = factory.mktemp(name)  # type: ignore[attr-defined]
+    seed_host(home)
+    return home

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_cli
-from tests.seed_host import seed_host
+from tests.seed_host import seeded_home
 from tests.test_tables import printed_tables, seed_runs
 
 HOSTILE = "[bold]x[/bold]:zzz:[/]"  # markup, an emoji code, and a tag closing nothing
@@ -20,9 +20,7 @@ HOSTILE = "[bold]x[/bold]:zzz:[/]"  # markup, an emoji code, and a tag closing n
 
 @pytest.fixture(scope="module")
 def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    home = tmp_path_factory.mktemp("markup")
-    seed_host(home)
-    return home
+    return seeded_home(tmp_path_factory, "markup")
 
 
 def _one_line_error(proc: object) -> str:

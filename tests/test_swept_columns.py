@@ -20,7 +20,7 @@ from strata.report import build_report
 from strata.store import open_db
 from strata.store.runs import select_results
 from tests.conftest import run_cli
-from tests.seed_host import seed_host
+from tests.seed_host import seeded_home
 from tests.test_tables import printed_tables
 
 TINY = "synthetic:tiny@q8_0"
@@ -59,16 +59,12 @@ def _html_rows(home: Path) -> list[dict[str, str]]:
 
 @pytest.fixture(scope="module")
 def swept_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    home = tmp_path_factory.mktemp("swept")
-    seed_host(home)
-    return home
+    return seeded_home(tmp_path_factory, "swept")
 
 
 @pytest.fixture(scope="module")
 def plain_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    home = tmp_path_factory.mktemp("unswept")
-    seed_host(home)
-    return home
+    return seeded_home(tmp_path_factory, "unswept")
 
 
 @pytest.mark.slow

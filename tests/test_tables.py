@@ -27,7 +27,7 @@ from strata.bench.records import record
 from strata.store import open_db
 from strata.store.runs import select_results
 from tests.conftest import run_cli
-from tests.seed_host import SEEDED_ROOFLINE, seed_host
+from tests.seed_host import SEEDED_ROOFLINE, seeded_home
 
 NARROW = {"COLUMNS": "80"}  # what rich assumes for a pipe: the width the bug showed at
 WHOLE_NUMBER = re.compile(r"^(-|\?|[+-]?[\d,]+(\.\d+)?(e[+-]\d+)?( ?(%|x|GiB|MiB|KiB))?)$")
@@ -94,9 +94,7 @@ def cli(home: Path, *args: str, timeout: float = 300) -> str:
 @pytest.fixture(scope="module")
 def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """This host and a seeded roofline (big comma-grouped figures), no measuring."""
-    home = tmp_path_factory.mktemp("tables")
-    seed_host(home)
-    return home
+    return seeded_home(tmp_path_factory, "tables")
 
 
 @pytest.fixture(scope="module")

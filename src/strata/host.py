@@ -10,7 +10,7 @@ import sqlite3
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from typing import TYPE_CHECKING
 
 from rich.console import Console
@@ -70,7 +70,7 @@ class Host:
     profile: HostProfile
     fingerprint: str
 
-    @property
+    @cached_property
     def caps(self) -> HostCaps:
         """What the kernel lab may use here (devices, ISA, tools)."""
         from strata.kernels.capability import host_caps

@@ -12,6 +12,7 @@ from strata.hardware.telemetry import HostLoad, HostLoadMonitor
 from strata.kernels import plausibility
 from strata.kernels.capability import HostCaps
 from strata.kernels.dialects import get_dialect
+from strata.kernels.dialects.base import prepared
 from strata.kernels.impl import Implementation
 from strata.kernels.registry import COMPILE, EAGER, baselines
 from strata.kernels.sandbox import SandboxPolicy, run_job
@@ -207,7 +208,6 @@ def _check_peaks(spec: KernelSpec, device: str, rows: list[dict[str, Any]],
     a roofline measured low must not make an honest kernel look implausible."""
     if ctx.peaks is None or ctx.roofline is None:
         return
-    key = "cpu" if device == "cpu" else device
     group = COMPUTE_DTYPE.get(ctx.settings.dtype, ctx.settings.dtype)
     for row in rows:
         shape = row["shape"]
@@ -217,8 +217,8 @@ def _check_peaks(spec: KernelSpec, device: str, rows: list[dict[str, Any]],
                 continue
             why = f"kernels bench {spec.name} {name}"
             if ctx.settings.cache == "cold":  # warm data may come from cache: no DRAM claim
-                ctx.peaks.check(key, BANDWIDTH, nbytes / res["median_s"] / 1e9, why)
-            ctx.peaks.check(key, group, spec.flops(shape) / res["median_s"] / 1e9, why)
+                ctx.peaks.check(device, BANDWIDTH, nbytes / res["median_s"] / 1e9, why)
+            ctx.peaks.check(device, group, spec.flops(shape) / res["median_s"] / 1e9, why)
 
 
 class GroupRunner:
@@ -239,15 +239,12 @@ class GroupRunner:
 
     def prepare(self, group: list[Implementation]) -> list[Implementation]:
         """Build and import-check each kernel here (the worker may not run a compiler)."""
-        from dataclasses import replace
-
         ready = []
         for impl in group:
             try:
-                extra = get_dialect(impl.dialect).prepare(impl, self.ctx.verify.caps)
+                ready.append(prepared(impl, self.ctx.verify.caps))
             except Exception as exc:
                 raise RuntimeError(f"{impl.name}: {exc}") from exc
-            ready.append(replace(impl, extra={**impl.extra, **extra}))
         return ready
 
     def baselines(self, names: list[str], shapes: list[dict[str, int]], seed: int) -> \

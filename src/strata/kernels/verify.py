@@ -6,13 +6,13 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from strata.kernels import checks
 from strata.kernels.capability import HostCaps
 from strata.kernels.dialects import get_dialect
-from strata.kernels.dialects.base import KernelRefused
+from strata.kernels.dialects.base import KernelRefused, prepared
 from strata.kernels.impl import Implementation
 from strata.kernels.sandbox import SandboxPolicy, run_job
 from strata.store.kernels import KernelResult, latest_verification, save_kernel_results
@@ -142,18 +142,26 @@ def run_pending(pending: Pending, caps: HostCaps) -> dict[str, Any]:
     """Build and check in this (trusted) process, then run the sandboxed job."""
     from strata.native import CompileError
 
-    impl = pending.impl
     try:
-        extra = get_dialect(impl.dialect).prepare(impl, caps)
+        ready = prepared(pending.impl, caps)
     except (CompileError, OSError) as exc:
-        return _failed(checks.BUILD_FAILED, str(exc)[:1500])
+        return _failed(checks.BUILD_FAILED, *_compiler_output(str(exc)))
     except KernelRefused as exc:
         return _failed(exc.reason, f"refused before loading: {exc.findings[0]}",
                        exc.findings)
     if pending.ok_status == COMPILED:
         return {"ok": True}
-    pending.impl = replace(impl, extra={**impl.extra, **extra})
+    pending.impl = ready
     return run_job({**pending.job, "impl": pending.impl.to_job()}, pending.policy)
+
+
+def _compiler_output(text: str) -> tuple[str, list[str]]:
+    """(the first error line, the first lines of the compiler's output): a verdict holds one
+    line, the details the rest."""
+    lines = [line.rstrip() for line in text.splitlines() if line.strip()]
+    first = next((line for line in lines if "error" in line.lower()), lines[0] if lines else
+                 "the build failed")
+    return first[:300], [line[:200] for line in lines[:checks.MAX_SHOWN * 2]]
 
 
 def _failed(reason: str, message: str, details: list[str] | None = None) -> dict[str, Any]:

@@ -67,10 +67,14 @@ def verdict_table(verdicts: list[Verdict]) -> Table:
     return t
 
 
+MISMATCH_REASONS = ("wrong_result", "nan_parity", "data_race", "reads_output_buffer")
+
+
 def render_failures(console: Console, verdicts: list[Verdict]) -> None:
     for v in verdicts:
         if v.status == "fail" and v.details:
-            console.print(f"[bold]{escape(v.impl.key)}[/bold] first mismatches:")
+            what = "first mismatches" if v.reason in MISMATCH_REASONS else "details"
+            console.print(f"[bold]{escape(v.impl.key)}[/bold] {what}:")
             for line in v.details:
                 console.print(f"  {line}", highlight=False, markup=False)
 

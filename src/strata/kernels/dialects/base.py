@@ -64,6 +64,17 @@ class Dialect:
         return {}
 
 
+def prepared(impl: Any, caps: HostCaps) -> Any:
+    """`impl` built and checked by its dialect (Dialect.prepare), carrying what the
+    sandboxed worker needs to load it in `extra`. Raises CompileError or KernelRefused."""
+    from dataclasses import replace
+
+    from strata.kernels.dialects import get_dialect
+
+    extra = get_dialect(impl.dialect).prepare(impl, caps)
+    return replace(impl, extra={**impl.extra, **extra})
+
+
 class KernelRefused(Exception):
     """A built kernel that must not be loaded (elfcheck findings); reason is a checks code."""
 
