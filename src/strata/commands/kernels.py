@@ -23,10 +23,21 @@ from strata.paths import cache_dir
 
 @dataclass
 class Session:
-    conn: sqlite3.Connection
-    fingerprint: str
-    caps: HostCaps
+    """The kernel lab's view of this host: everything comes from `host`."""
+
     host: Host
+
+    @property
+    def conn(self) -> sqlite3.Connection:
+        return self.host.conn
+
+    @property
+    def fingerprint(self) -> str:
+        return self.host.fingerprint
+
+    @property
+    def caps(self) -> HostCaps:
+        return self.host.caps
 
 
 def session(db: Path | None = None, conn: sqlite3.Connection | None = None) -> Session:
@@ -34,8 +45,7 @@ def session(db: Path | None = None, conn: sqlite3.Connection | None = None) -> S
     from strata.paths import default_db_path
     from strata.store import open_db
 
-    host = this_host(conn or open_db(db or default_db_path()))
-    return Session(host.conn, host.fingerprint, host.caps, host)
+    return Session(this_host(conn or open_db(db or default_db_path())))
 
 
 def select(op: str | None, impl: str | None, conn: sqlite3.Connection) -> list[Implementation]:
