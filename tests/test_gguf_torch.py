@@ -303,10 +303,37 @@ def ggml_activation_rounding(model: object, qtype: str) -> list[object]:
             if isinstance(m, torch.nn.Linear)]
 
 
-# F16 misses LOGIT_ATOL even with the activations rounded to f16 (median position 2.9e-3,
-# max 8.4e-3 measured): ggml's F16 matmul differs from a float32 one on rounded inputs in a way
-# not reproduced here. The bound says what holds, not what was hoped for.
-BOUND_FACTOR = {"F32": 1, "F16": 10, "Q8_0": 1}
+def rounding_sensitivity(model: object, ids: list[int], rounded: np.ndarray,
+                         logits: object, trials: int = 4) -> float:
+    """How far the f16-rounded logits move when each float32 activation is nudged by -1, 0 or
+    +1 ulp before its f16 rounding: the size of the difference that summation order alone
+    (ggml's versus torch's) produces, measured independently of llama.cpp."""
+    moved = []
+    for seed in range(trials):
+        gen = torch.Generator().manual_seed(seed)
+
+        def nudge(_mod: object, args: tuple[object, ...],
+                  gen: torch.Generator = gen) -> tuple[object, ...]:
+            x = args[0]
+            ulp = torch.nextafter(x, torch.full_like(x, float("inf"))) - x  # type: ignore
+            step = torch.randint(-1, 2, x.shape, generator=gen).float()  # type: ignore
+            return ((x + step * ulp).half().float(),)
+
+        hooks = [m.register_forward_pre_hook(nudge)  # type: ignore[attr-defined]
+                 for m in model.modules() if isinstance(m, torch.nn.Linear)]  # type: ignore
+        try:
+            moved.append(float(np.abs(logits() - rounded).max()))  # type: ignore[operator]
+        finally:
+            for h in hooks:
+                h.remove()
+    return max(moved)
+
+
+# F16: the activations are rounded to f16 before each dot product, and a float32 value one ulp
+# away from a rounding boundary lands on either side depending on summation order. That flip
+# sensitivity (measured: 1.5e-3-6.3e-3 on the peaked model, 1.7e-3-2.5e-3 unpeaked) exceeds
+# LOGIT_ATOL, so no float32 implementation that does not sum in ggml's exact order can meet
+# it; the bound for F16 is twice the sensitivity measured on the same model in the same run.
 CASES = [("F32", False), ("F32", True), ("F16", True), ("Q8_0", False)]
 
 
@@ -317,7 +344,7 @@ def test_torch_logits_equal_llama_cpps(tmp_path: Path, qtype: str, tied: bool,
     """F32: llama.cpp computes in float32 like torch, the logits agree to LOGIT_ATOL as they
     are. F16/Q8_0: llama.cpp rounds the activations to the weight's dot-product type, which
     this peaked model amplifies (measured: up to ~1.6 at Q8_0); with that rounding applied on
-    the torch side too, Q8_0 agrees to LOGIT_ATOL (F16: see BOUND_FACTOR)."""
+    the torch side too, Q8_0 agrees to LOGIT_ATOL (F16: see rounding_sensitivity)."""
     written = write_converter_gguf(tmp_path / f"llama-{qtype}.gguf", qtype, tied)
     ids = sample_ids(written.vocab, 48)
     backend = TorchBackend()
@@ -329,6 +356,8 @@ def test_torch_logits_equal_llama_cpps(tmp_path: Path, qtype: str, tied: bool,
         rounded = backend.logits(ids, 0)
         for h in hooks:
             h.remove()  # type: ignore[attr-defined]
+        flips = (rounding_sensitivity(backend.model, ids, rounded, lambda: backend.logits(ids, 0))
+                 if qtype == "F16" else 0.0)
     finally:
         backend.close()
     theirs = llama_cpp_logits(written.path, ids)
@@ -339,12 +368,14 @@ def test_torch_logits_equal_llama_cpps(tmp_path: Path, qtype: str, tied: bool,
         print(f"\n{qtype} {'tied' if tied else 'untied'}: max |torch - llama.cpp| "
               f"{np.abs(ours - theirs).max():.2e} as is, {per_position.max():.2e} with ggml's "
               f"activation rounding (median position {np.median(per_position):.1e}); max |torch "
-              f"- transformers from the HF weights| {exact:.2e}; logit SD {theirs.std():.2f}")
+              f"- transformers from the HF weights| {exact:.2e}; logit SD {theirs.std():.2f}; "
+              f"f16 flip sensitivity {flips:.1e}")
     assert str(info["weights"]).startswith(f"GGUF {qtype}, dequantised by strata")
     assert ours.shape == theirs.shape == (len(ids), len(written.vocab.tokens))
     assert theirs.std() > 1.0, "flat logits would prove little"
     assert exact <= 1e-4  # float32 rounding only: the same weights through the same graph
-    assert per_position.max() <= LOGIT_ATOL * BOUND_FACTOR[qtype]
+    assert per_position.max() <= max(LOGIT_ATOL, 2 * flips)
+    assert flips <= 1e-2, "a sensitivity this large would make the F16 bound meaningless"
 
 
 def test_bos_and_pad_ids_come_from_the_metadata(tmp_path: Path) -> None:
