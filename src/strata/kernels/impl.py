@@ -112,7 +112,7 @@ def from_source(path: Path, origin: str = "builtin", name: str | None = None) ->
         raise InputError(f"FILE {path}: requires=: {exc}") from exc
     dtypes = tuple(decl.get("dtypes", "float32").split(","))
     return Implementation(op=op, name=impl_name, dialect=dialect.name, source=path,
-                          entry=decl.get("entry", f"strata_{op}"), requires=requires,
+                          entry=decl.get("entry", dialect.default_entry(op)), requires=requires,
                           dtypes=dtypes, origin=origin, notes=decl.get("notes", ""))
 
 

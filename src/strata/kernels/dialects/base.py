@@ -33,6 +33,11 @@ class Dialect:
     static_checker: Callable[[str], list[str]] | None = field(default=None, compare=False)
     # tool name -> "is it on this host?", merged into HostCaps.tools (capability.py)
     tool_probes: dict[str, Callable[[], bool]] = field(default_factory=dict, compare=False)
+    # the function a kernel of this dialect defines by default (docs/kernels-abi.md)
+    entry_template: str = "strata_{op}"
+
+    def default_entry(self, op: str) -> str:
+        return self.entry_template.format(op=op)
 
     def requires(self, declared: Requires) -> Requires:
         """The declaration plus the tools this dialect always needs."""
