@@ -142,3 +142,77 @@ def test_runs_and_result_queries(tmp_path: Path) -> None:
     assert [r[0] for r in raw] == [1.0, 2.0, 3.0, 4.0]  # raw samples stored, in order
     with pytest.raises(ValueError):
         finish_run(conn, run, "bogus")
+
+
+# -- kernel-generation attempts (migration 4) ------------------------------------------------
+
+def _attempt(**kw: object):  # -> strata.kernels.gen.records.Attempt
+    from strata.kernels.gen.records import Attempt, Timing
+
+    base: dict[str, object] = dict(
+        op="rmsnorm", dialect="c", device="cpu", endpoint="http://127.0.0.1:8080/v1",
+        model="tiny", template_hash="abc123", sample=0, turn=1,
+        prompt='[{"role": "user", "content": "write rmsnorm"}]', reply="```c\n...\n```",
+        status="ok", reason="", feedback="Correct \u2014 1.5x eager", code="void f(){}",
+        code_hash="0123", tokens_in=120, tokens_out=None, latency_s=0.25,
+        timing=Timing(1.5, None, 0.2, 3e-5), cheat=False, registered=True,
+        skill="c-skill@ff", run="r1", fingerprint="fp1")
+    base.update(kw)
+    return Attempt(**base)  # type: ignore[arg-type]
+
+
+def test_attempts_roundtrip_filter_and_jsonl(tmp_path: Path) -> None:
+    from strata.store.attempts import export_jsonl, list_attempts, read_jsonl, save_attempt
+
+    conn = open_db(tmp_path / "s.db")
+    first = _attempt()
+    ids = [save_attempt(conn, first),
+           save_attempt(conn, _attempt(model="big", turn=2, status="static", cheat=True,
+                                       registered=False, skill=None)),
+           save_attempt(conn, _attempt(op="softmax", run="r2", status="format", code=None,
+                                       code_hash=None, tokens_in=None))]
+    assert ids == sorted(ids) and len(set(ids)) == 3
+    stored = list_attempts(conn)
+    assert [a.id for a in stored] == ids
+    again = stored[0]
+    assert again.created_at  # stamped on save
+    assert (again.timing, again.cheat, again.registered, again.tokens_out) == \
+        (first.timing, False, True, None)
+    assert {k: v for k, v in again.to_dict().items() if k not in ("id", "created_at")} == \
+        {k: v for k, v in first.to_dict().items() if k not in ("id", "created_at")}
+    assert [a.model for a in list_attempts(conn, op="rmsnorm")] == ["tiny", "big"]
+    assert [a.op for a in list_attempts(conn, run="r2")] == ["softmax"]
+    assert [a.status for a in list_attempts(conn, model="big", op="rmsnorm")] == ["static"]
+    assert list_attempts(conn, fingerprint="other") == []
+    path = tmp_path / "t.jsonl"
+    export_jsonl(stored, path)
+    assert read_jsonl(path) == stored
+    # a replayed file lands in another DB as new rows
+    other = open_db(tmp_path / "o.db")
+    for a in read_jsonl(path):
+        save_attempt(other, a)
+    assert [a.reply for a in list_attempts(other)] == [a.reply for a in stored]
+
+
+@pytest.mark.parametrize("line, needle", [
+    ("not json", "line 2 is not a stored attempt"),
+    ("[1, 2]", "not a JSON object"),
+    ('{"op": "rmsnorm"}', "missing dialect"),
+])
+def test_a_damaged_transcript_is_one_line_naming_the_line(tmp_path: Path, line: str,
+                                                          needle: str) -> None:
+    import json
+
+    from strata.store.attempts import read_jsonl
+
+    path = tmp_path / "t.jsonl"
+    path.write_text(json.dumps(_attempt().to_dict()) + "\n" + line + "\n")
+    with pytest.raises(InputError, match=needle) as info:
+        read_jsonl(path)
+    assert "\n" not in str(info.value)
+    bad_status = {**_attempt().to_dict(), "status": "great"}
+    path.write_text(json.dumps(bad_status) + "\n")
+    with pytest.raises(InputError, match=r"line 1 .*status 'great'"):
+        read_jsonl(path)
+    with pytest.raises(InputError, match="not found"):
+        read_jsonl(tmp_path / "missing.jsonl")

@@ -99,3 +99,42 @@ MIGRATIONS.append(
         "CREATE INDEX kernel_results_lookup ON kernel_results(fingerprint, op, impl, kind)",
     ]),
 )
+
+MIGRATIONS.append(
+    (4, [
+        """CREATE TABLE kernel_attempts (       -- one model reply (`strata kernels generate`)
+            id             INTEGER PRIMARY KEY AUTOINCREMENT,
+            run            TEXT NOT NULL,        -- the generate/eval invocation
+            fingerprint    TEXT NOT NULL,        -- the host that judged it (no FK: imports)
+            op             TEXT NOT NULL,
+            dialect        TEXT NOT NULL,
+            device         TEXT NOT NULL,
+            endpoint       TEXT NOT NULL,
+            model          TEXT NOT NULL,
+            template_hash  TEXT NOT NULL,
+            skill          TEXT,                 -- name@hash, or NULL
+            sample         INTEGER NOT NULL,
+            turn           INTEGER NOT NULL,
+            prompt         TEXT NOT NULL,        -- the messages sent, JSON
+            reply          TEXT NOT NULL,        -- raw reply text
+            code           TEXT,                 -- extracted source (NULL: format failure)
+            code_hash      TEXT,
+            status         TEXT NOT NULL,        -- format | static | ... | slow | ok
+            reason         TEXT NOT NULL,
+            feedback       TEXT NOT NULL,
+            cheat          INTEGER NOT NULL,
+            registered     INTEGER NOT NULL,
+            tokens_in      INTEGER,
+            tokens_out     INTEGER,
+            latency_s      REAL,
+            speedup_eager  REAL,                 -- Timing, one column per field
+            speedup_best   REAL,
+            roofline_share REAL,
+            seconds        REAL,
+            created_at     TEXT NOT NULL
+        )""",
+        "CREATE INDEX kernel_attempts_op ON kernel_attempts(op, created_at)",
+        "CREATE INDEX kernel_attempts_model ON kernel_attempts(model, op)",
+        "CREATE INDEX kernel_attempts_run ON kernel_attempts(run, sample, turn)",
+    ]),
+)
