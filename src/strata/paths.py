@@ -30,3 +30,14 @@ def cache_dir() -> Path:
     from platformdirs import user_cache_dir
 
     return Path(user_cache_dir(APP_NAME, appauthor=False))
+
+
+def publish(path: Path, data: bytes) -> Path:
+    """Write `data` to `path` atomically (temp file + rename in the same folder): a reader,
+    or another thread writing the same content-named file, sees nothing or all of it."""
+    import threading
+
+    tmp = path.with_name(f".{path.name}.{os.getpid()}-{threading.get_ident()}.tmp")
+    tmp.write_bytes(data)
+    tmp.replace(path)
+    return path

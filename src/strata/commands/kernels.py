@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -18,7 +17,7 @@ from strata.kernels.impl import Implementation, from_source
 from strata.kernels.registry import find, implementations
 from strata.kernels.sandbox import SandboxPolicy
 from strata.kernels.verify import Verdict, VerifyContext, verify_many
-from strata.paths import cache_dir
+from strata.paths import cache_dir, publish
 
 
 @dataclass
@@ -85,7 +84,8 @@ def add_external(s: Session, path: Path) -> Implementation:
     store = cache_dir() / "kernels" / "external"
     store.mkdir(parents=True, exist_ok=True)
     copy = store / f"{digest}-{path.name}"
-    shutil.copyfile(path, copy)
+    if not copy.exists():  # content-named; concurrent adds of the same bytes must not tear it
+        publish(copy, path.read_bytes())
     return from_source(copy, origin="external", name=name)
 
 

@@ -14,6 +14,7 @@ from typing import Any
 from strata.errors import InputError
 from strata.hardware.profile import HostProfile
 from strata.measure.roofline import Roofline
+from strata.store.attempts import list_attempts
 from strata.store.hosts import HostRow, latest_measurement, list_hosts, load_host
 from strata.store.runs import RunRow, StoredResult, list_runs, query_results
 
@@ -29,6 +30,7 @@ class ReportData:
     runs: list[RunRow]
     quality: list[dict[str, Any]] = field(default_factory=list)
     other_hosts: list[HostRow] = field(default_factory=list)
+    attempts: list[Any] = field(default_factory=list)  # kernels.gen.records.Attempt
 
 
 def _has_data(conn: sqlite3.Connection, fp: str) -> bool:
@@ -78,4 +80,5 @@ def load_report_data(conn: sqlite3.Connection, fingerprint: str | None = None) -
                       roofline=Roofline.from_dict(stored) if stored else None,
                       results=query_results(conn, fingerprint=fp),
                       runs=list_runs(conn, fingerprint=fp),
-                      quality=quality_rows(conn, fp), other_hosts=others)
+                      quality=quality_rows(conn, fp), other_hosts=others,
+                      attempts=list_attempts(conn, fingerprint=fp))

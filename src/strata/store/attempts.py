@@ -36,6 +36,12 @@ def save_attempt(conn: sqlite3.Connection, attempt: Attempt) -> int:
     return int(cur.lastrowid or 0)
 
 
+def mark_registered(conn: sqlite3.Connection, attempt_id: int) -> None:
+    """The attempt whose kernel `kernels generate` registered for dispatch."""
+    with transaction(conn):
+        conn.execute("UPDATE kernel_attempts SET registered = 1 WHERE id = ?", (attempt_id,))
+
+
 def _from_row(row: sqlite3.Row) -> Attempt:
     data = dict(zip(row.keys(), tuple(row), strict=True))
     timing = Timing(**{k: data.pop(k) for k in TIMING})

@@ -65,7 +65,8 @@ def attempt_record(a: Attempt) -> dict[str, Any]:
             "tokens_in": a.tokens_in, "tokens_out": a.tokens_out, "latency_s": a.latency_s,
             "speedup": a.timing.speedup_eager, "speedup_best": a.timing.speedup_best,
             "roofline_share": a.timing.roofline_share, "code_hash": a.code_hash,
-            "template_hash": a.template_hash, "skill": a.skill, "created_at": a.created_at}
+            "template_hash": a.template_hash, "skill": a.skill, "created_at": a.created_at,
+            "feedback": a.feedback}
 
 
 def attempts_table(attempts: list[Attempt]) -> Table:

@@ -67,4 +67,5 @@ class TritonDialect(Dialect):
 DIALECT = TritonDialect(name="triton", suffixes=(".py",), default_device="any",
                         tools=("triton",), summary="Triton (GPU; TRITON_INTERPRET=1 on CPU)",
                         loader=load_triton, static_checker=check_python,
-                        tool_probes={"triton": triton_installed})
+                        tool_probes={"triton": triton_installed},
+                        entry_template="launch")  # a host-side launcher, not the @jit kernel

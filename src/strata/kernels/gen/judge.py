@@ -99,7 +99,7 @@ def classify(reason: str | None, details: list[str] | None = None) -> tuple[str,
 
 def write_candidate(op: str, dialect: str, code: str) -> Path:
     """The candidate as a private file named by its hash (the same code is the same file)."""
-    from strata.paths import cache_dir
+    from strata.paths import cache_dir, publish
 
     if dialect not in SUFFIX:
         raise InputError(f"--dialect {dialect}: no generated kernels for it (choose from "
@@ -107,8 +107,8 @@ def write_candidate(op: str, dialect: str, code: str) -> Path:
     folder = cache_dir() / "kernels" / "generated" / op
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"gen_{code_hash(code)}{SUFFIX[dialect]}"
-    if not path.exists():
-        path.write_text(code, encoding="utf-8")
+    if not path.exists():  # samples often write the same code at once: never half a file
+        publish(path, code.encode("utf-8"))
     return path
 
 

@@ -23,7 +23,10 @@ DTYPE = "float32"  # the dtype every dialect verifies and the benchmark times by
 
 
 def entry_for(op: str, dialect: str) -> str:
-    return "launch" if dialect == "triton" else f"strata_{op}"
+    """The function a kernel defines: the dialect's rule (one for declarations and prompts)."""
+    from strata.kernels.dialects import get_dialect
+
+    return get_dialect(dialect).default_entry(op)
 
 
 def declaration(op: str, dialect: str, requires: str) -> str:

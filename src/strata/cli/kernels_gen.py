@@ -1,0 +1,338 @@
+"""`strata kernels generate | attempts | eval`: models write kernels, the lab judges them."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.markup import escape
+
+from strata.cli import DbOption, check_positive, err, open_store, out
+from strata.cli.kernels import DIALECT_NAMES, OPS, _check_format, kernels_app
+from strata.errors import InputError
+
+EndpointOption = Annotated[str, typer.Option(
+    "--endpoint", help="OpenAI-compatible base URL: llama-server http://127.0.0.1:8080/v1, "
+    "Ollama http://127.0.0.1:11434/v1, vLLM, LM Studio or a hosted API.", show_default=False)]
+DialectOption = Annotated[str, typer.Option("--dialect", help=f"{DIALECT_NAMES}.")]
+DeviceOption = Annotated[str | None, typer.Option(
+    "--device", help="cpu, cuda:0, … (default: cpu for c; the first GPU, else cpu, for the "
+    "others).", show_default=False)]
+TurnsOption = Annotated[int, typer.Option("--turns", help="Turns per conversation: each "
+                                          "verdict goes back as the next message.")]
+SamplesOption = Annotated[int, typer.Option("--samples", help="Independent conversations.")]
+SkillOption = Annotated[str | None, typer.Option(
+    "--skill", help="A skill folder (SKILL.md + skill.json) or builtin:<dialect>, added to "
+    "the prompt.", show_default=False)]
+KeyOption = Annotated[str | None, typer.Option(
+    "--api-key-env", help="Environment variable holding the API key (read at run time; "
+    "never stored or printed).", show_default=False)]
+TempOption = Annotated[float, typer.Option("--temperature", help="Sampling temperature.")]
+TimeoutOption = Annotated[float, typer.Option("--timeout", help="Sandbox seconds per "
+                                              "candidate.")]
+StreamOption = Annotated[bool, typer.Option("--stream/--no-stream", help="Stream replies "
+                                            "(server-sent events).")]
+RequestTimeoutOption = Annotated[float, typer.Option(
+    "--request-timeout", help="Seconds a model may stay silent before the request is retried "
+    "(3 retries, then the run stops).")]
+MaxTokensOption = Annotated[int | None, typer.Option(
+    "--max-tokens", help="Cap on reply tokens (default: the server's).", show_default=False)]
+BenchOption = Annotated[bool, typer.Option("--bench/--no-bench", help="Benchmark correct "
+                                           "candidates (needs the roofline; measured first "
+                                           "if missing).")]
+
+
+def _check_counts(turns: int, samples: int, temperature: float) -> None:
+    check_positive("--turns", turns)
+    check_positive("--samples", samples)
+    if turns > 50 or samples > 64:
+        raise InputError(f"--turns {turns} / --samples {samples}: at most 50 turns and 64 "
+                         "samples (each turn is a request and a sandboxed verification)")
+    if not 0 <= temperature <= 2:
+        raise InputError(f"--temperature {temperature}: choose a value from 0 to 2")
+
+
+def _device(s: Any, dialect: str, device: str | None) -> str:
+    from strata.kernels.dialects import get_dialect
+
+    get_dialect(dialect)
+    if device is None:
+        gpus = [d.key for d in s.caps.devices if d.key != "cpu"]
+        device = gpus[0] if gpus and dialect != "c" else "cpu"
+    if s.caps.device(device) is None:
+        raise InputError(f"--device {device}: not on this host (it has "
+                         f"{', '.join(d.key for d in s.caps.devices)})")
+    return device
+
+
+def _skill(ref: str | None) -> Any:
+    if ref is None:
+        return None
+    from strata.kernels.skills import load_skill
+
+    return load_skill(ref)
+
+
+def _client(endpoint: str, api_key_env: str | None, stream: bool,
+            timeout_s: float = 300.0) -> Any:
+    from strata.kernels.gen.chat import ChatClient
+
+    check_positive("--request-timeout", timeout_s)
+    return ChatClient(endpoint, api_key_env, stream=stream, timeout_s=timeout_s,
+                      on_retry=lambda m: err.print(m, markup=False))
+
+
+class _Board:
+    """One status line: each sample's turn and latest status."""
+
+    def __init__(self, status: Any, samples: int, label: str = "") -> None:
+        self.status, self.label = status, label
+        self.state = ["waiting"] * samples
+
+    def __call__(self, sample: int, turn: int, what: str) -> None:
+        self.state[sample] = f"t{turn} {what}"
+        cells = " · ".join(f"#{i + 1} {s}" for i, s in enumerate(self.state))
+        self.status.update(escape(f"{self.label}{cells}"))
+
+
+@kernels_app.command("generate")
+def kernels_generate(
+    op: Annotated[str, typer.Argument(metavar="OP", help=f"{OPS}.")],
+    endpoint: EndpointOption,
+    model: Annotated[str | None, typer.Option("--model", help="Model name (default: the "
+                                              "server's first).", show_default=False)] = None,
+    dialect: DialectOption = "c",
+    device: DeviceOption = None,
+    turns: TurnsOption = 6,
+    samples: SamplesOption = 4,
+    skill: SkillOption = None,
+    api_key_env: KeyOption = None,
+    temperature: TempOption = 0.7,
+    register: Annotated[bool, typer.Option("--register/--no-register", help="Register the "
+                                           "best correct kernel for dispatch (as `kernels "
+                                           "add`).")] = True,
+    bench: BenchOption = True,
+    timeout: TimeoutOption = 120.0,
+    stream: StreamOption = False,
+    max_tokens: MaxTokensOption = None,
+    request_timeout: RequestTimeoutOption = 300.0,
+    fmt: Annotated[str, typer.Option("--format", "-o", help="table (default), md, csv, json "
+                                     "or jsonl: the attempts.")] = "table",
+    db: DbOption = None,
+) -> None:
+    """A language model writes OP for this hardware dialect; the lab judges every reply.
+
+    The prompt (templates under strata/kernels/gen/templates, hash stored) gives the op's
+    contract, the float64 reference, a verified built-in of another op in the dialect, the
+    rules, this host's hardware (ISA, caches, measured GB/s and GFLOP/s) and the target (the
+    best implementation's time and the roofline ceiling). Each reply goes through the
+    `kernels add` door: code extracted from the fenced block defining the entry, static and
+    link checks, sandboxed verification, benchmark. The status class (format, static,
+    compile, runtime, mismatch, implausible, slow, ok) and its evidence (compiler errors,
+    first mismatches, timings) go back as the next turn. A conversation stops at --turns,
+    after the same failure 3 times, or within 10% of the roofline. Every attempt is stored
+    (`strata kernels attempts`). Exit code 1 if no sample produced a correct kernel.
+
+    [bold]Examples[/bold]
+      strata kernels generate rmsnorm --endpoint http://127.0.0.1:8080/v1
+      strata kernels generate softmax --endpoint http://127.0.0.1:11434/v1 --skill builtin:c
+      strata kernels generate matmul --endpoint https://api.example.com/v1 --api-key-env KEY
+    """
+    from strata.commands.kernels import default_jobs, session
+    from strata.kernels.gen.loop import GenConfig, generate
+    from strata.kernels.spec import get_spec
+
+    _check_format(fmt)
+    _check_counts(turns, samples, temperature)
+    check_positive("--timeout", timeout)
+    get_spec(op)
+    chosen_skill = _skill(skill)
+    with _client(endpoint, api_key_env, stream, request_timeout) as client:
+        name = client.resolve_model(model)
+        with err.status("probing host…"):
+            s = session(conn=open_store(db))
+        target = _device(s, dialect, device)
+        roof = s.host.roofline(err) if bench else None
+        cfg = GenConfig(op=op, dialect=dialect, device=target, model=name, turns=turns,
+                        samples=samples, temperature=temperature, max_tokens=max_tokens,
+                        skill=chosen_skill, register=register, bench=bench,
+                        timeout_s=timeout, jobs=default_jobs())
+        with err.status(f"{name} writing {op} ({dialect}, {target})…") as status:
+            result = generate(cfg, client, s.conn, roof,
+                              _Board(status, samples, f"{op}: "))
+    _show_generate(result, fmt)
+    if result.best is None:
+        raise typer.Exit(1)
+
+
+def _emit_attempts(attempts: list[Any], fmt: str) -> None:
+    from strata.views.kernels import emit
+    from strata.views.kernels_gen import ATTEMPT_COLUMNS, ATTEMPT_NUMERIC, attempt_record
+
+    sys.stdout.write(emit([attempt_record(a) for a in attempts], fmt, ATTEMPT_COLUMNS,
+                          ATTEMPT_NUMERIC))
+
+
+def _show_generate(result: Any, fmt: str) -> None:
+    from strata.kernels.gen.metrics import samples
+    from strata.views.kernels_gen import samples_table
+
+    if fmt != "table":
+        _emit_attempts(result.attempts, fmt)
+        return
+    out.print(samples_table(samples(result.attempts),
+                            f"{result.config.op} ({result.config.dialect}, "
+                            f"{result.config.device}) by {result.config.model}"))
+    stops = {s.stop for s in result.samples}
+    err.print("stopped: " + "; ".join(sorted(stops)), markup=False)
+    best = result.best
+    if best is None:
+        err.print(f"no correct kernel in {len(result.attempts)} attempts (see `strata kernels "
+                  f"attempts --run {result.config.run}`)", markup=False)
+    elif result.registered:
+        err.print(f"registered {result.registered} (sample {best.sample + 1}, turn "
+                  f"{best.turn}); `strata kernels explain {best.op}` shows dispatch",
+                  markup=False)
+
+
+@kernels_app.command("attempts")
+def kernels_attempts(
+    op: Annotated[str | None, typer.Argument(metavar="[OP]", help="Only this op.",
+                                             show_default=False)] = None,
+    run: Annotated[str | None, typer.Option("--run", help="Only this generate/eval run.",
+                                            show_default=False)] = None,
+    model: Annotated[str | None, typer.Option("--model", help="Only this model.",
+                                              show_default=False)] = None,
+    export: Annotated[Path | None, typer.Option(
+        "--export", help="Write the attempts (prompt, reply, code, verdict) as JSON lines, "
+        "for `kernels eval --replay` elsewhere.", show_default=False)] = None,
+    fmt: Annotated[str, typer.Option("--format", "-o", help="table (default), md, csv, json "
+                                     "or jsonl.")] = "table",
+    db: DbOption = None,
+) -> None:
+    """Every stored model reply: run, sample, turn, status, tokens, latency, speedup.
+
+    [bold]Examples[/bold]
+      strata kernels attempts rmsnorm
+      strata kernels attempts --run 3f2a9c1e0b7d --export transcripts.jsonl
+    """
+    from strata.store.attempts import export_jsonl, list_attempts
+    from strata.views.kernels_gen import attempts_table
+
+    _check_format(fmt)
+    attempts = list_attempts(open_store(db), op=op, run=run, model=model)
+    if export is not None:
+        export_jsonl(attempts, export)
+        err.print(f"wrote {len(attempts)} attempts to {export}", markup=False)
+        return
+    if fmt == "table":
+        out.print(attempts_table(attempts))
+    else:
+        _emit_attempts(attempts, fmt)
+
+
+@kernels_app.command("eval")
+def kernels_eval(
+    endpoint: Annotated[str | None, typer.Option(
+        "--endpoint", help="OpenAI-compatible base URL serving the models (not needed with "
+        "--replay).", show_default=False)] = None,
+    models: Annotated[str | None, typer.Option(
+        "--models", help="Comma-separated model names (default: the server's first).",
+        show_default=False)] = None,
+    ops: Annotated[str, typer.Option("--ops", help=f"all, or a comma list of: {OPS}.")]
+    = "all",
+    dialect: DialectOption = "c",
+    device: DeviceOption = None,
+    samples: SamplesOption = 4,
+    turns: TurnsOption = 4,
+    skill: SkillOption = None,
+    api_key_env: KeyOption = None,
+    temperature: TempOption = 0.7,
+    replay: Annotated[Path | None, typer.Option(
+        "--replay", help="Re-score recorded replies (`kernels attempts --export`) on this "
+        "host without calling any model.", show_default=False)] = None,
+    bench: BenchOption = True,
+    timeout: TimeoutOption = 120.0,
+    stream: StreamOption = False,
+    request_timeout: RequestTimeoutOption = 300.0,
+    fmt: Annotated[str, typer.Option("--format", "-o", help="table (default), md or json.")]
+    = "table",
+    db: DbOption = None,
+) -> None:
+    """A leaderboard of models as kernel writers, measured by execution on this host.
+
+    Per model x dialect, over samples (one conversation each; its result is its best turn):
+    [bold]compile[/bold] share of samples that built and ran; [bold]correct[/bold] share
+    with a verified kernel; [bold]pass@k[/bold] the unbiased 1 - C(n-c,k)/C(n,k) per op,
+    averaged over ops; [bold]fast_p[/bold] share of samples correct and more than p x faster
+    than torch eager (eager@p) or than the best built-in (best@p), p = 1, 1.5, 2;
+    [bold]geomean[/bold] speedup over eager of each op's best correct kernel, with
+    [bold]coverage[/bold] the share of ops that have one; [bold]turns[/bold] to the first
+    correct kernel; [bold]tokens[/bold] per correct kernel (in + out, from usage);
+    [bold]cheats[/bold] attempts where a guard fired. Registration is off: a leaderboard
+    does not change dispatch. Stored; `strata report` shows it.
+
+    [bold]Examples[/bold]
+      strata kernels eval --endpoint http://127.0.0.1:8080/v1 --ops rmsnorm,softmax
+      strata kernels eval --endpoint http://127.0.0.1:11434/v1 --models a,b --samples 2
+      strata kernels eval --replay transcripts.jsonl --bench
+    """
+    from strata.commands.kernels import default_jobs, session
+    from strata.kernels.gen.evaluate import EvalConfig, resolve_ops, run_eval
+    from strata.kernels.gen.evaluate import replay as replay_run
+    from strata.kernels.gen.metrics import score
+
+    if fmt not in ("table", "md", "json"):
+        raise InputError(f"--format {fmt}: choose table, md or json")
+    _check_counts(turns, samples, temperature)
+    check_positive("--timeout", timeout)
+    if replay is None and endpoint is None:
+        raise InputError("give --endpoint URL (a server with the models) or --replay FILE "
+                         "(recorded replies)")
+    op_list = resolve_ops(ops, dialect)
+    chosen_skill = _skill(skill)
+    with err.status("probing host…"):
+        s = session(conn=open_store(db))
+    target = _device(s, dialect, device)
+    roof = s.host.roofline(err) if bench else None
+    with err.status("evaluating…") as status:
+        say = lambda m: status.update(escape(m))  # noqa: E731
+        if replay is not None:
+            if not replay.is_file():
+                raise InputError(f"--replay {replay}: not found (write one with `strata "
+                                 "kernels attempts --export FILE.jsonl`)")
+            attempts = replay_run(replay, s.conn, roof, bench=bench, timeout_s=timeout,
+                                  jobs=default_jobs(), say=say)
+        else:
+            assert endpoint is not None
+            with _client(endpoint, api_key_env, stream, request_timeout) as client:
+                names = [m.strip() for m in (models or "").split(",") if m.strip()] or [None]
+                cfg = EvalConfig(models=[client.resolve_model(m) for m in names],
+                                 ops=op_list, dialect=dialect, device=target,
+                                 samples=samples, turns=turns, temperature=temperature,
+                                 skill=chosen_skill, bench=bench, timeout_s=timeout,
+                                 jobs=default_jobs())
+                attempts = run_eval(cfg, client, s.conn, roof, say)
+    _show_scores(score(attempts, ks=_ks(samples)), fmt)
+
+
+def _ks(samples: int) -> tuple[int, ...]:
+    return tuple(k for k in (1, 2, 4, 8, 16) if k <= samples) or (1,)
+
+
+def _show_scores(scores: list[Any], fmt: str) -> None:
+    from strata.views.kernels import emit
+    from strata.views.kernels_gen import (
+        leaderboard_columns,
+        leaderboard_numeric,
+        leaderboard_table,
+        scores_record,
+    )
+
+    if fmt == "table":
+        out.print(leaderboard_table(scores))
+    else:
+        sys.stdout.write(emit([scores_record(x) for x in scores], fmt,
+                              leaderboard_columns(scores), leaderboard_numeric(scores)))

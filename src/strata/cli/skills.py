@@ -1,0 +1,176 @@
+"""`strata skills …`: a teacher model's kernel know-how as a skill, measured on a student."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from strata.cli import DbOption, app, err, open_store, out
+from strata.cli.kernels_gen import (
+    BenchOption,
+    DeviceOption,
+    DialectOption,
+    KeyOption,
+    SamplesOption,
+    StreamOption,
+    TempOption,
+    TimeoutOption,
+    TurnsOption,
+    _check_counts,
+    _client,
+    _device,
+)
+from strata.errors import InputError
+
+skills_app = typer.Typer(
+    name="skills", no_args_is_help=True, rich_markup_mode="rich",
+    help="Skills: a teacher model's know-how for writing kernels in one dialect, handed to "
+    "a student model and measured by execution (with vs without).")
+app.add_typer(skills_app)
+
+
+def _ops(text: str | None) -> list[str] | None:
+    if text is None:
+        return None
+    from strata.kernels.gen.evaluate import resolve_ops
+
+    return resolve_ops(text, "")
+
+
+@skills_app.command("list")
+def skills_list() -> None:
+    """The built-in skills (one per dialect): `--skill builtin:<dialect>`."""
+    from strata.kernels.skills import builtin_dialects, load_skill
+
+    for d in builtin_dialects():
+        skill = load_skill(f"builtin:{d}")
+        train = ", ".join(skill.meta.get("train_ops") or [])
+        out.print(f"builtin:{d}  {skill.ref}  ({len(skill.text.split())} words; train ops: "
+                  f"{train})", markup=False)
+
+
+@skills_app.command("write")
+def skills_write(
+    teacher: Annotated[str, typer.Option("--teacher", help="The teacher's OpenAI-compatible "
+                                         "base URL.", show_default=False)],
+    dest: Annotated[Path, typer.Argument(metavar="DIR", help="Folder to write SKILL.md and "
+                                         "skill.json into.")],
+    teacher_model: Annotated[str | None, typer.Option(
+        "--teacher-model", help="Model name (default: the server's first).",
+        show_default=False)] = None,
+    dialect: DialectOption = "c",
+    device: DeviceOption = None,
+    train_ops: Annotated[str, typer.Option(
+        "--train-ops", help="Ops whose built-ins the teacher studies; the rest are held out "
+        "for `skills eval`.")] = "rmsnorm,softmax,matmul",
+    name: Annotated[str | None, typer.Option("--name", help="Skill name (default: the "
+                                             "folder's).", show_default=False)] = None,
+    api_key_env: KeyOption = None,
+    max_tokens: Annotated[int | None, typer.Option("--max-tokens", show_default=False,
+                                                   help="Cap on the reply.")] = None,
+    db: DbOption = None,
+) -> None:
+    """A teacher model writes a skill from the lab's verified built-ins.
+
+    The teacher sees the built-ins of --train-ops in the dialect (source, speed measured on
+    this host) and the hardware dialect, and writes SKILL.md; skill.json records the teacher,
+    date, host fingerprint, train ops and source hashes.
+
+    [bold]Examples[/bold]
+      strata skills write my-c-skill --teacher http://127.0.0.1:8080/v1 --train-ops rmsnorm,matmul
+    """
+    from strata.commands.kernels import session
+    from strata.kernels.skills.teach import write_skill
+
+    ops = _ops(train_ops) or []
+    with err.status("probing host…"):
+        s = session(conn=open_store(db))
+    target = _device(s, dialect, device)
+    roof = s.host.roofline(err)
+    with _client(teacher, api_key_env, False) as client:
+        model = client.resolve_model(teacher_model)
+        with err.status(f"{model} writing the skill…"):
+            skill = write_skill(client, model, s, dialect=dialect, device=target,
+                                roofline=roof, train_ops=ops, dest=dest,
+                                name=name or dest.name, max_tokens=max_tokens)
+    out.print(f"wrote {dest}/SKILL.md ({len(skill.text.split())} words) and skill.json: "
+              f"{skill.ref}", markup=False)
+
+
+@skills_app.command("eval")
+def skills_eval(
+    skill: Annotated[str, typer.Argument(metavar="SKILL", help="A skill folder or "
+                                         "builtin:<dialect>.")],
+    student: Annotated[str, typer.Option("--student", help="The student's OpenAI-compatible "
+                                         "base URL.", show_default=False)],
+    student_model: Annotated[str | None, typer.Option(
+        "--student-model", help="Model name (default: the server's first).",
+        show_default=False)] = None,
+    ops: Annotated[str | None, typer.Option(
+        "--ops", help="Held-out ops (default: every op not in the skill's train ops).",
+        show_default=False)] = None,
+    dialect: Annotated[str | None, typer.Option(
+        "--dialect", help="Default: the skill's dialect.", show_default=False)] = None,
+    device: DeviceOption = None,
+    samples: SamplesOption = 4,
+    turns: TurnsOption = 4,
+    api_key_env: KeyOption = None,
+    temperature: TempOption = 0.7,
+    bench: BenchOption = True,
+    timeout: TimeoutOption = 120.0,
+    stream: StreamOption = False,
+    fmt: Annotated[str, typer.Option("--format", "-o", help="table (default), md or json.")]
+    = "table",
+    db: DbOption = None,
+) -> None:
+    """Measure a skill on a student model, with and without it, by execution.
+
+    Held-out ops (the teacher never saw them); the same ops, samples, turns and seeds in
+    both arms.
+
+    Reported: the lift in correct rate and in fast_1 (correct and faster than torch eager)
+    with a paired bootstrap 95% CI over (op, sample) units, and the token ratio with/without.
+    Verdict: [bold]beneficial[/bold] when the correct-rate CI's lower bound is above 0, or
+    the lift is >= 0 and the token ratio <= 0.8; [bold]harmful[/bold] when the CI's upper
+    bound is below 0; else [bold]no measurable effect[/bold].
+
+    [bold]Examples[/bold]
+      strata skills eval builtin:c --student http://127.0.0.1:8080/v1 --ops layernorm,rope
+    """
+    from strata.commands.kernels import default_jobs, session
+    from strata.kernels.gen.evaluate import EvalConfig
+    from strata.kernels.skills import load_skill
+    from strata.kernels.skills.ab import held_out, run_ab
+    from strata.views.kernels import emit
+    from strata.views.kernels_gen import AB_COLUMNS, AB_NUMERIC, ab_records, ab_table
+
+    if fmt not in ("table", "md", "json"):
+        raise InputError(f"--format {fmt}: choose table, md or json")
+    _check_counts(turns, samples, temperature)
+    chosen = load_skill(skill)
+    chosen_dialect = dialect or str(chosen.meta.get("dialect") or "c")
+    op_list = held_out(chosen, _ops(ops))
+    with err.status("probing host…"):
+        s = session(conn=open_store(db))
+    target = _device(s, chosen_dialect, device)
+    roof = s.host.roofline(err) if bench else None
+    with _client(student, api_key_env, stream) as client:
+        model = client.resolve_model(student_model)
+        base = EvalConfig(models=[model], ops=op_list, dialect=chosen_dialect, device=target,
+                          samples=samples, turns=turns, temperature=temperature, bench=bench,
+                          timeout_s=timeout, jobs=default_jobs())
+        with err.status("A/B…") as status:
+            result = run_ab(base, chosen, client, s.conn, roof,
+                            lambda m: status.update(m.replace("[", "\\[")))
+    if fmt == "table":
+        out.print(ab_table(result.ab))
+    elif fmt == "json":
+        sys.stdout.write(json.dumps({"skill": chosen.ref, "model": model, "ops": op_list,
+                                     "rows": ab_records(result.ab),
+                                     "verdict": result.ab.verdict}, indent=2) + "\n")
+    else:
+        sys.stdout.write(emit(ab_records(result.ab), fmt, AB_COLUMNS, AB_NUMERIC))
