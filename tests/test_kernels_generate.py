@@ -207,3 +207,23 @@ def seeded_home_like(tmp_path: Path) -> Path:
 
     seed_host(tmp_path / "other-host")
     return tmp_path / "other-host"
+
+
+def test_a_real_llama_cpp_server_completes_and_is_stored(home: Path) -> None:
+    """llama-cpp-python's own OpenAI server with a tiny synthetic GGUF: its replies are
+    random text, so every turn is a format failure, and the run still completes, stored."""
+    pytest.importorskip("llama_cpp.server.app", reason="llama-cpp-python[server] missing")
+    from strata.models.source import resolve
+    from tests.server_fixture import llama_server
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("STRATA_HOME", str(home))
+        gguf = resolve("synthetic:tiny@q8_0").path("gguf", "gen-test")
+    # the prompt is ~20k tokens of this model's 512-token vocabulary
+    with llama_server(gguf, n_ctx=32768) as srv:
+        proc = run_cli("kernels", "generate", "rmsnorm", "--endpoint", srv.url, "--samples",
+                       "1", "--turns", "2", "--no-bench", "--max-tokens", "16", home=home)
+    assert proc.returncode == 1, proc.stderr  # no correct kernel, no crash
+    rows = attempts(home)
+    assert [(r["turn"], r["status"]) for r in rows] == [(1, "format"), (2, "format")]
+    assert all(r["tokens_in"] and r["tokens_in"] > 1000 for r in rows)  # from `usage`

@@ -73,7 +73,7 @@ def attempts_table(attempts: list[Attempt]) -> Table:
     t = _table("Kernel generation attempts", ATTEMPT_COLUMNS, ATTEMPT_NUMERIC)
     for a in attempts:
         r = attempt_record(a)
-        t.add_row(escape(a.run), str(a.sample), str(a.turn), a.op, escape(a.model),
+        t.add_row(escape(a.run), str(a.sample + 1), str(a.turn), a.op, escape(a.model),
                   _styled(a.status, a.cheat), escape(a.reason), _fmt(r["tokens"], "d"),
                   _fmt(a.latency_s, ".1f"), _speedup(r["speedup"]))
     return t
@@ -101,10 +101,10 @@ def sample_record(s: Sample) -> dict[str, Any]:
 
 def samples_table(results: list[Sample], title: str = "Kernel generation") -> Table:
     t = _table(title, SAMPLE_COLUMNS, SAMPLE_NUMERIC,
-               caption="each sample by its best turn; first_correct counts turns from 1")
+               caption="each sample by its best turn; samples and turns count from 1")
     for s in results:
         r = sample_record(s)
-        t.add_row(s.op, str(s.sample), str(r["turns"]), _styled(r["status"], r["cheat"]),
+        t.add_row(s.op, str(s.sample + 1), str(r["turns"]), _styled(r["status"], r["cheat"]),
                   escape(r["reason"]), _fmt(r["first_correct"], "d"), _speedup(r["speedup"]),
                   _speedup(r["speedup_best"]), _pct(r["roofline_share"]),
                   _fmt(r["tokens"], "d"), "yes" if r["registered"] else "")
