@@ -1,15 +1,12 @@
-"""The ops of the kernel lab; importing this package registers every KernelSpec."""
+"""The ops of the kernel lab; importing this package registers every KernelSpec.
 
-from strata.kernels.ops import (  # noqa: F401  (registration by import)
-    attention,
-    cross_entropy,
-    decode_attention,
-    layernorm,
-    matmul,
-    matvec_q4_0,
-    matvec_q8_0,
-    rmsnorm,
-    rope,
-    silu_mul,
-    softmax,
-)
+Every public module here is an op (one KernelSpec each): adding an op is adding a file.
+Modules starting with `_` are shared helpers.
+"""
+
+import importlib
+import pkgutil
+
+for _mod in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+    if not _mod.name.startswith("_"):
+        importlib.import_module(f"{__name__}.{_mod.name}")
