@@ -4,9 +4,11 @@ on disk and reproducible batches.
 The default corpus ships with CPython, so `strata train` needs no download: the prose of
 `pydoc_data.topics` (the language reference behind `help()`) and the docstrings of the
 standard library's modules, classes and functions, read with `ast` from the source files
-under sysconfig's stdlib path (tests, IDLE, demos and vendored packages left out). On CPython
-3.11.7 that is 79 topics (466,117 bytes) plus 635 modules (1,265,925 bytes): 1,732,042 UTF-8
-bytes in 714 documents. Order is sorted by name, so the corpus is the same on every run.
+under sysconfig's stdlib path (tests, IDLE, demos, generated codecs, the deprecated distutils
+and vendored packages left out; docstrings under 20 characters and repeats dropped). On
+CPython 3.11.7: 79 topics (466,117 bytes) plus 351 modules (1,522,676 bytes), 1,988,793 UTF-8
+bytes in 430 documents, built in ~4 s of CPU (ast parsing). Order is sorted by name, so the
+corpus is the same on every run of the same Python.
 """
 
 from __future__ import annotations
