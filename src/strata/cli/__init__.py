@@ -88,4 +88,4 @@ def _fail(message: str, code: int) -> None:
 
 
 # The commands register themselves on `app` (and the kernels sub-app) when imported.
-from strata.cli import host, kernels, kernels_gen, models, skills  # noqa: E402, F401
+from strata.cli import host, kernels, kernels_gen, models, skills, train  # noqa: E402, F401

@@ -21,6 +21,7 @@ from strata.report.html import Section, page
 from strata.report.kernel_writers import kernel_writers_section
 from strata.report.results_table import results_section
 from strata.report.svg import esc
+from strata.report.training import training_section
 
 AUTO = "auto"  # planner: strata.fit's when it is installed
 
@@ -57,7 +58,7 @@ def build_report(conn: sqlite3.Connection, fingerprint: str | None = None,
     sections = [host_section(data), roofline_section(data, pal), sweeps_section(data, pal),
                 sustained_section(data, pal), frontier_section(data),
                 fit_section(data, plan), kernel_writers_section(data),
-                results_section(data)]
+                training_section(data), results_section(data)]
     now = now or datetime.now(timezone.utc)
     footer = ("Self-contained: no scripts, fonts or network requests. Hover a point for its "
               "figures. Measured values are from this host's results database; fit figures "

@@ -17,6 +17,7 @@ from strata.measure.roofline import Roofline
 from strata.store.attempts import list_attempts
 from strata.store.hosts import HostRow, latest_measurement, list_hosts, load_host
 from strata.store.runs import RunRow, StoredResult, list_runs, query_results
+from strata.store.training import Point, TrainRow, list_train, points_of
 
 EMPTY_DB = "no results yet: run strata probe --measure and strata bench"
 
@@ -31,11 +32,13 @@ class ReportData:
     quality: list[dict[str, Any]] = field(default_factory=list)
     other_hosts: list[HostRow] = field(default_factory=list)
     attempts: list[Any] = field(default_factory=list)  # kernels.gen.records.Attempt
+    training: list[TrainRow] = field(default_factory=list)
+    train_points: dict[int, list[Point]] = field(default_factory=dict)  # run id -> curve
 
 
 def _has_data(conn: sqlite3.Connection, fp: str) -> bool:
     return bool(query_results(conn, fingerprint=fp)) or bool(
-        latest_measurement(conn, fp, "roofline"))
+        latest_measurement(conn, fp, "roofline")) or bool(list_train(conn, fp))
 
 
 def pick_host(conn: sqlite3.Connection, fingerprint: str | None) -> tuple[HostRow, list[HostRow]]:
@@ -76,9 +79,11 @@ def load_report_data(conn: sqlite3.Connection, fingerprint: str | None = None) -
     host, others = pick_host(conn, fingerprint)
     fp = host.fingerprint
     stored = latest_measurement(conn, fp, "roofline")
+    training = list_train(conn, fp)
     return ReportData(host=host, profile=load_host(conn, fp),
                       roofline=Roofline.from_dict(stored) if stored else None,
                       results=query_results(conn, fingerprint=fp),
                       runs=list_runs(conn, fingerprint=fp),
                       quality=quality_rows(conn, fp), other_hosts=others,
-                      attempts=list_attempts(conn, fingerprint=fp))
+                      attempts=list_attempts(conn, fingerprint=fp), training=training,
+                      train_points={r.run_id: points_of(conn, r.run_id) for r in training})

@@ -138,3 +138,46 @@ MIGRATIONS.append(
         "CREATE INDEX kernel_attempts_run ON kernel_attempts(run, sample, turn)",
     ]),
 )
+
+MIGRATIONS.append(
+    (5, [
+        """CREATE TABLE train_runs (            -- `strata train`: one row per run (runs.id)
+            run_id        INTEGER PRIMARY KEY REFERENCES runs(id),
+            preset        TEXT NOT NULL,
+            model         TEXT NOT NULL,        -- JSON ModelConfig
+            params        INTEGER NOT NULL,
+            data          TEXT NOT NULL,        -- JSON: sources, split hashes, token counts
+            device        TEXT NOT NULL,
+            dtype         TEXT NOT NULL,
+            kernels       TEXT NOT NULL,        -- lab | torch
+            ops           TEXT NOT NULL,        -- JSON: op -> {impl, decision}
+            world_size    INTEGER NOT NULL,     -- data-parallel processes
+            steps         INTEGER NOT NULL,     -- optimizer steps asked for
+            step          INTEGER NOT NULL,     -- optimizer steps done
+            tokens_seen   INTEGER NOT NULL,
+            tokens_per_s  REAL,
+            mfu           REAL,                 -- model FLOP/s / peak_gflops
+            peak_gflops   REAL,                 -- the measured matmul peak MFU is against
+            peak_basis    TEXT,
+            val_loss      REAL,
+            bits_per_byte REAL,
+            out_dir       TEXT NOT NULL,
+            outputs       TEXT NOT NULL,        -- JSON: checkpoint, hf, gguf, tokenizer paths
+            sample        TEXT,
+            resumed_from  INTEGER REFERENCES runs(id),
+            updated_at    TEXT NOT NULL
+        )""",
+        """CREATE TABLE train_points (          -- the loss curves
+            run_id        INTEGER NOT NULL REFERENCES runs(id),
+            kind          TEXT NOT NULL,        -- train | val
+            step          INTEGER NOT NULL,
+            loss          REAL NOT NULL,
+            lr            REAL,
+            bits_per_byte REAL,
+            tokens_per_s  REAL,
+            mfu           REAL,
+            elapsed_s     REAL,
+            PRIMARY KEY (run_id, kind, step)
+        )""",
+    ]),
+)
