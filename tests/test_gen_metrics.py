@@ -314,3 +314,19 @@ def test_attempt_sample_and_ab_views() -> None:
     text = _text(views.ab_table(ab))
     assert "+50 pt" in text and "beneficial" in text and "ratio 0.50" in text
     assert math.isclose(ab.fast_1.lift, 0.5)
+
+
+def test_nothing_timed_is_unknown_not_zero() -> None:
+    """--no-bench: correct kernels without timings make fast_p and coverage unknown (None),
+    and the A/B fast_1 verdict says so instead of 'no measurable effect'."""
+    from strata.kernels.gen.metrics import NOT_TIMED, score, skills_ab
+
+    untimed = [att("rmsnorm", 0, 1, "ok"), att("rmsnorm", 1, 1, "mismatch")]
+    (s,) = score(untimed, ks=(1,))
+    assert s.correct_rate == 0.5
+    assert s.coverage is None and all(v is None for v in s.fast.values())
+    timed = [att("rmsnorm", 0, 1, "ok", eager=2.0), att("rmsnorm", 1, 1, "mismatch")]
+    (t,) = score(timed, ks=(1,))
+    assert t.fast["eager@1"] == 0.5 and t.coverage == 1.0
+    ab = skills_ab(untimed, [att("rmsnorm", 0, 1, "mismatch"), att("rmsnorm", 1, 1, "ok")])
+    assert ab.fast_1.verdict == NOT_TIMED

@@ -163,6 +163,7 @@ def kernels_generate(
             result = generate(cfg, client, s.conn, roof,
                               _Board(status, samples, f"{op}: "))
     _show_generate(result, fmt)
+    _no_bench_note(bench)
     if result.best is None:
         raise typer.Exit(1)
 
@@ -267,7 +268,8 @@ def kernels_eval(
     [bold]compile[/bold] share of samples that built and ran; [bold]correct[/bold] share
     with a verified kernel; [bold]pass@k[/bold] the unbiased 1 - C(n-c,k)/C(n,k) per op,
     averaged over ops; [bold]fast_p[/bold] share of samples correct and more than p x faster
-    than torch eager (eager@p) or than the best built-in (best@p), p = 1, 1.5, 2;
+    than torch eager (eager@p) or than the best verified implementation (best@p), p = 1, 1.5,
+    2;
     [bold]geomean[/bold] speedup over eager of each op's best correct kernel, with
     [bold]coverage[/bold] the share of ops that have one; [bold]turns[/bold] to the first
     correct kernel; [bold]tokens[/bold] per correct kernel (in + out, from usage);
@@ -315,11 +317,20 @@ def kernels_eval(
                                  skill=chosen_skill, bench=bench, timeout_s=timeout,
                                  jobs=default_jobs())
                 attempts = run_eval(cfg, client, s.conn, roof, say)
-    _show_scores(score(attempts, ks=_ks(samples)), fmt)
+    _no_bench_note(bench)
+    _show_scores(score(attempts, ks=_ks(attempts)), fmt)
 
 
-def _ks(samples: int) -> tuple[int, ...]:
+def _ks(attempts: list[Any]) -> tuple[int, ...]:
+    """pass@k for the k the recorded samples allow (a replay's, not the --samples flag's)."""
+    samples = len({a.sample for a in attempts})
     return tuple(k for k in (1, 2, 4, 8, 16) if k <= samples) or (1,)
+
+
+def _no_bench_note(bench: bool) -> None:
+    if not bench:
+        err.print("not benchmarked (--no-bench): correct means verified; kernels that skip "
+                  "work only when timed are caught by the benchmark alone", markup=False)
 
 
 def _show_scores(scores: list[Any], fmt: str) -> None:

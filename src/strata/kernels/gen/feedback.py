@@ -60,7 +60,7 @@ def format_feedback(problem: str, op: str, dialect: str, entry: str) -> str:
 
 
 def static_feedback(verdict: Verdict) -> str:
-    head = _scrub(verdict.message, verdict.impl.source)
+    head = _scrub(verdict.message, verdict.impl.source).removeprefix("refused before loading: ")
     rest = "\n".join(f"- {line}" for line in _lines(verdict, 8))
     return (f"Refused before it ran: {head}\n{rest}\n"
             "A kernel computes the op itself: no vendor or torch calls, no threads other than "

@@ -57,6 +57,7 @@ from strata.measure.stats import percentile
 FAST_PS = (1.0, 1.5, 2.0)
 BASELINES = ("eager", "best")
 COMPILED_FROM = STATUSES.index("runtime")  # statuses from here on got past the compiler
+NOT_TIMED = "not timed"
 BENEFICIAL, HARMFUL, NO_EFFECT = "beneficial", "harmful", "no measurable effect"
 
 
@@ -186,9 +187,10 @@ class Scores:
     compile_rate: float
     correct_rate: float
     pass_at: dict[int, float | None] = field(default_factory=dict)  # k -> pass@k
-    fast: dict[str, float] = field(default_factory=dict)  # "eager@1", ..., "best@2" -> share
+    # "eager@1", ..., "best@2" -> share; None when nothing was timed (--no-bench)
+    fast: dict[str, float | None] = field(default_factory=dict)
     geomean_speedup: float | None = None
-    coverage: float = 0.0
+    coverage: float | None = 0.0  # None when nothing was timed
     turns_to_first_correct: float | None = None
     tokens_per_correct: float | None = None
     cheats: int = 0
@@ -230,8 +232,10 @@ def _score_group(group: list[Sample], ks: Iterable[int]) -> Scores:
     attempts = [a for s in group for a in s.attempts]
     n = len(group)
     correct = sum(s.correct for s in group)
+    # nothing timed (--no-bench): fast_p and coverage are unknown, not 0
+    timed = any(a.timing.speedup_eager is not None for a in attempts)
     fast = {fast_key(b, p): fast_p([(s.correct, _speedup(s.result, b)) for s in group], p)
-            for b in BASELINES for p in FAST_PS}
+            if timed else None for b in BASELINES for p in FAST_PS}
     best = _best_per_op(group)
     firsts = [s.first_correct for s in group if s.first_correct is not None]
     tokens = total_tokens(attempts)
@@ -241,7 +245,8 @@ def _score_group(group: list[Sample], ks: Iterable[int]) -> Scores:
         attempts=len(attempts), compile_rate=sum(s.compiled for s in group) / n,
         correct_rate=correct / n, pass_at=_pass_at(group, ks), fast=fast,
         geomean_speedup=geomean(best.values()),
-        coverage=sum(v is not None and v > 0 for v in best.values()) / len(best),
+        coverage=sum(v is not None and v > 0 for v in best.values()) / len(best)
+        if timed else None,
         turns_to_first_correct=mean(firsts) if firsts else None,
         tokens_per_correct=tokens / correct if tokens is not None and correct else None,
         cheats=cheats, cheat_rate=cheats / len(attempts))
@@ -325,6 +330,8 @@ def skills_ab(with_skill: list[Attempt], without: list[Attempt], *, n: int = 100
                     [float(s.correct) for s in so], ratio, n, seed)
     fast = _lift("fast_1", [_is_fast_1(s) for s in sw], [_is_fast_1(s) for s in so],
                  ratio, n, seed)
+    if not any(s.result.timing.speedup_eager is not None for s in (*sw, *so)):
+        fast.verdict = NOT_TIMED  # all zeros because nothing was measured, not a finding
     skills = sorted({s.skill or "" for s in sw})
     return SkillAB(skill=", ".join(skills) or None, model=sw[0].model, dialect=sw[0].dialect,
                    units=len(keys), unpaired=len(arm_w) + len(arm_o) - 2 * len(keys),
