@@ -129,6 +129,8 @@ class InputStream:
                 dst.copy_(xa).mul_(alpha).add_(xb, alpha=beta)
             else:
                 dst.copy_(xa)
+        if self.spec.derive is not None:  # dependent inputs follow the mixed ones
+            self.spec.derive(slot.inputs, **self.spec.params_for(self.shape))
         slot.out.fill_(float("nan"))
         slot.recipe = (a, b, alpha, beta)
         return slot

@@ -52,6 +52,10 @@ class KernelSpec:
     out_dtype: str | None = None  # fixed output dtype (e.g. float32 losses); None: input's
     tolerances: dict[str, Tolerance] = field(default_factory=lambda: dict(DEFAULT_TOLERANCES))
     scale_params: Callable[[Shape, dict[str, Any]], dict[str, Any]] | None = None
+    # (inputs, **params) -> None: recomputes, in place, inputs that are functions of the
+    # others (attention_backward's o and lse of q, k, v) after the benchmark's input
+    # stream mixed fresh ones; None: the inputs are independent
+    derive: Callable[..., None] | None = None
 
     def params_for(self, shape: Shape) -> dict[str, Any]:
         """Params for one shape (attention's scale depends on the head dim)."""
