@@ -49,7 +49,7 @@ class Bar:
                   f" {row.device} {row.dtype}, ops {row.kernels}, {row.world_size} process(es);"
                   f" {escape(row.out_dir)}" + (f"; resuming at step {done}" if done else ""),
                   highlight=False)
-        self.bar.update(self.task, total=steps, completed=done)
+        self.bar.reset(self.task, total=steps, completed=done)  # elapsed from here
         self.bar.start()
 
     def step(self, s: Any) -> None:
@@ -125,7 +125,8 @@ def _print_result(r: Any) -> None:
         lines.append(f"{r.tokens_per_s:,.0f} tokens/s{mfu}")
     impls = sorted({v['impl'] for v in r.ops.values()})
     lines.append("ops: " + (f"all {impls[0]}" if len(impls) == 1 else ", ".join(
-        f"{op} {v['impl']} ({v.get('decision', '')})" for op, v in r.ops.items())))
+        f"{op} {v['impl']}" + (f" ({v['outcome']})" if v.get("outcome") else "")
+        for op, v in r.ops.items())))
     if r.sample is not None:
         lines.append(f"sample: {r.sample!r}")
     lines.append(f"folder: {r.folder}")
@@ -205,13 +206,14 @@ def train(
     world = world_from_env()
     cfg, resumed = _config(args, world, db)
     dev = check(cfg)
-    ops = make_ops(cfg.kernels, dev)
+    # rank 0 records the run; every rank reads kernel verdicts for lab ops
+    conn = open_store(db) if world.main or cfg.kernels != "torch" else None
+    ops = make_ops(cfg.kernels, dev, conn)
     docs = None if resumed else load_documents(cfg)
     store, peak, bar = None, (None, ""), None
     if world.main:
         from strata.store.training import TrainRecorder
 
-        conn = open_store(db)
         host, peak = _peak(conn, dev, cfg.dtype)
         store = TrainRecorder(conn, host.fingerprint, ["strata", *sys.argv[1:]])
         bar = Bar(store)

@@ -30,7 +30,9 @@ def loss_chart(runs: list[TrainRow], points: dict[int, list[Point]]) -> tuple[Ch
     chart = Chart("loss vs optimizer step", "optimizer step", "loss (nats per token)",
                   uid="chart-train-loss", width=900, height=360, y_zero=False)
     entries: list[tuple[str, str, str]] = []
-    for i, r in enumerate(runs):
+    # a resumed run stores the whole curve (its parent's steps too): draw the last of a chain
+    continued = {r.resumed_from for r in runs if r.resumed_from}
+    for i, r in enumerate(r for r in runs if r.run_id not in continued):
         col = color(i)
         train = [p for p in points.get(r.run_id, []) if p.kind == "train"]
         val = [p for p in points.get(r.run_id, []) if p.kind == "val"]

@@ -54,6 +54,8 @@ def init(world: World, device: torch.device) -> None:
     if not world.parallel or dist.is_initialized():
         return
     backend = "nccl" if device.type == "cuda" else "gloo"
+    if device.type == "cuda":
+        torch.cuda.set_device(device)  # NCCL's collectives run on the current device
     dist.init_process_group(backend, rank=world.rank, world_size=world.size, timeout=TIMEOUT)
 
 
@@ -73,12 +75,6 @@ def check_batch(world: World, batch: int) -> None:
     if batch % world.size:
         raise InputError(f"--batch {batch} does not split over {world.size} processes: use a "
                          f"multiple of {world.size}")
-
-
-def my_rows(world: World, x: torch.Tensor) -> torch.Tensor:
-    """This rank's contiguous slice of a global batch's rows."""
-    per = x.shape[0] // world.size
-    return x[world.rank * per:(world.rank + 1) * per]
 
 
 def wrap(model: torch.nn.Module, world: World, device: torch.device) -> torch.nn.Module:

@@ -34,30 +34,32 @@ DTYPES = {"float32": None, "bfloat16": torch.bfloat16}
 # -- ops: --kernels NAME -> an Ops factory ----------------------------------------------------
 
 
-def _torch_ops(device: torch.device) -> Ops:
+def _torch_ops(device: torch.device, conn: Any) -> Ops:
     from strata.train.ops_torch import TorchOps
 
     return TorchOps()
 
 
-def _lab_ops(device: torch.device) -> Ops:
-    # The hook for the lab's autograd ops (strata.train.ops_lab): replace this factory.
+def _lab_ops(device: torch.device, conn: Any) -> Ops:
+    # The hook for the lab's autograd ops: strata.train.ops_lab.LabOps(str(device), conn)
+    # (conn: the results DB holding this host's kernel verdicts).
     raise InputError("--kernels lab: the lab's training ops are not wired yet; use "
                      "--kernels torch")
 
 
-OPS: dict[str, Callable[[torch.device], Ops]] = {"lab": _lab_ops, "torch": _torch_ops}
+# --kernels NAME -> factory(device, results DB connection or None) -> Ops
+OPS: dict[str, Callable[[torch.device, Any], Ops]] = {"lab": _lab_ops, "torch": _torch_ops}
 
 
-def make_ops(name: str, device: torch.device) -> Ops:
+def make_ops(name: str, device: torch.device, conn: Any = None) -> Ops:
     if name not in OPS:
         raise InputError(f"--kernels {name}: unknown (use {' or '.join(OPS)})")
-    return OPS[name](device)
+    return OPS[name](device, conn)
 
 
 def served_by(ops: Ops) -> dict[str, dict[str, str]]:
-    """op -> {impl, decision}: what the ops object reports (`served()`), else its one name
-    for every op (the plain PyTorch twin says "torch")."""
+    """op -> {impl, ...}: what the ops object reports (`served()`: impl plus how dispatch
+    decided), else its one name for every op (the plain PyTorch twin says "torch")."""
     report = getattr(ops, "served", None)
     if callable(report):
         return report()
@@ -344,9 +346,9 @@ def train(cfg: TrainConfig, ops: Ops, progress: Progress, store: TrainRecorder |
             loop.restore(resumed.checkpoint)
         result = _train(cfg, loop, corpus, progress, store if world.main else None, resumed,
                         peak[1], served_by(ops))
-    except BaseException:
-        if store and store.run_id:
-            store.finish("failed")
+    except BaseException as exc:
+        if store and store.run_id:  # a second Ctrl-C (no checkpoint) leaves it incomplete
+            store.finish("incomplete" if isinstance(exc, KeyboardInterrupt) else "failed")
         raise
     finally:
         ddp.shutdown(world)
