@@ -8,11 +8,12 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-/* Below this many elements the kernel stays on one thread: a fork-join costs microseconds
-   on a quiet machine and milliseconds when the cores are shared, so only ~1 ms+ of serial
-   work forks (twice a forward's work per element). Override with -DPAR_MIN_WORK=... */
+/* Below this many elements the kernel stays on one thread: it streams 5 floats per element
+   (memory-bound), a second core adds little bandwidth, and a fork-join costs milliseconds
+   when the cores are shared (measured here: 2 threads slower than 1 at 3M elements on a busy
+   2-core host). Override with -DPAR_MIN_WORK=... */
 #ifndef PAR_MIN_WORK
-#define PAR_MIN_WORK ((int64_t)(1 << 20))
+#define PAR_MIN_WORK ((int64_t)(1 << 22))
 #endif
 
 /* Vectorised expf: Cephes range reduction (two-constant Cody-Waite) + degree-6 polynomial.
