@@ -31,11 +31,11 @@ class Choice:
 
     def _params(self, params: dict[str, Any]) -> dict[str, Any]:
         from strata.errors import InputError
-        from strata.kernels.contract import check_params
+        from strata.kernels.contract import check_params, param_names
 
         check_params(self.spec, params)
         merged = {**self.spec.params, **params}
-        missing = [k for k, v in merged.items() if v is None]
+        missing = [k for k in param_names(self.spec) if merged.get(k) is None]
         if missing:
             raise InputError(f"{self.spec.name}: pass {', '.join(missing)}=")
         return merged
@@ -65,15 +65,21 @@ class Choice:
         """For callers that lay out their own arguments on every call (strata.train): `out`
         is flat (packed outputs, docs/kernels-abi.md). The full contract check runs on the
         first call; later calls, built the same way, skip its per-call cost."""
+        from strata.kernels.contract import check_call
+
         merged = self._params(params)
-        if not self._checked:
-            want = self.spec.vendor()(*inputs, **merged)  # once: the shape the op gives
-            self(out.view(want.shape), *inputs, **params)
-            self._checked = True
-            return out
         impl = self.decision.impl
+        if not self._checked:  # the inputs' contract; the caller sized the flat `out`
+            check_call(self.spec, out, inputs, merged, impl.dtypes if impl else None,
+                       self.decision.device, out_shape=False)
+            self._checked = True
         if impl is None:
             return out.copy_(self.spec.vendor()(*inputs, **merged).reshape(-1))
+        if self._kernel is None:
+            from strata.kernels.dialects import get_dialect
+
+            self._kernel = get_dialect(impl.dialect).load(impl, self.spec,
+                                                          self.decision.device)
         self._kernel.bind(out, list(inputs), merged)()
         return out
 

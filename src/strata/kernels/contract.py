@@ -27,16 +27,24 @@ def _template(op: str) -> tuple[tuple[str, int], ...]:
                   t.dim()) for t in made)
 
 
+def param_names(spec: KernelSpec) -> list[str]:
+    """Every parameter the op takes: its defaults plus the per-shape ones (attention's
+    scale, which depends on the head dim, comes from scale_params)."""
+    shape = spec.shapes["verify"][0]
+    return list(dict.fromkeys([*spec.params, *spec.params_for(shape)]))
+
+
 def check_params(spec: KernelSpec, params: dict[str, Any]) -> None:
-    unknown = sorted(set(params) - set(spec.params))
+    names = param_names(spec)
+    unknown = sorted(set(params) - set(names))
     if unknown:
-        known = ", ".join(f"{k}=" for k in spec.params) or "none"
+        known = ", ".join(f"{k}=" for k in names) or "none"
         raise InputError(f"{spec.name}: unknown parameter(s) {', '.join(unknown)} "
                          f"(it takes {known})")
 
 
 def check_call(spec: KernelSpec, out: Any, inputs: tuple[Any, ...], params: dict[str, Any],
-               dtypes: tuple[str, ...] | None, device: str) -> None:
+               dtypes: tuple[str, ...] | None, device: str, out_shape: bool = True) -> None:
     """InputError naming the first argument that breaks the op's contract."""
     import torch
 
@@ -73,7 +81,8 @@ def check_call(spec: KernelSpec, out: Any, inputs: tuple[Any, ...], params: dict
     if dtypes and floats and not floats <= set(dtypes):
         raise InputError(f"{spec.name}: {floats.pop()} inputs; this implementation takes "
                          f"{', '.join(dtypes)}")
-    _check_out_shape(spec, out, inputs, params)
+    if out_shape:
+        _check_out_shape(spec, out, inputs, params)
 
 
 def _check_out_shape(spec: KernelSpec, out: Any, inputs: tuple[Any, ...],

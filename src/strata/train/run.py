@@ -41,10 +41,10 @@ def _torch_ops(device: torch.device, conn: Any) -> Ops:
 
 
 def _lab_ops(device: torch.device, conn: Any) -> Ops:
-    # The hook for the lab's autograd ops: strata.train.ops_lab.LabOps(str(device), conn)
-    # (conn: the results DB holding this host's kernel verdicts).
-    raise InputError("--kernels lab: the lab's training ops are not wired yet; use "
-                     "--kernels torch")
+    from strata.train.ops_lab import LabOps
+
+    key = "cpu" if device.type == "cpu" else f"{device.type}:{device.index or 0}"
+    return LabOps(key, conn)
 
 
 # --kernels NAME -> factory(device, results DB connection or None) -> Ops
