@@ -46,7 +46,7 @@ def one_line_error(proc: subprocess.CompletedProcess[str], *words: str) -> None:
     (["--preset", "huge"], ["--preset huge", "tiny"]),
     (["--resume", "99"], ["--resume 99", "no training run"]),
     (["--device", "cuda"], ["--device cuda"]),
-    (["--kernels", "lab"], ["--kernels lab", "not wired yet"]),
+    (["--kernels", "lab", "--dtype", "bfloat16"], ["--kernels lab --dtype bfloat16", "float32"]),
     (["--dtype", "float16"], ["--dtype float16"]),
 ])
 def test_bad_input_is_one_line_and_exit_2(home: Path, flags: list[str],
@@ -85,10 +85,13 @@ def test_a_whole_run_is_stored_exported_and_drawn(home: Path, corpus: Path,
     row = conn.execute("SELECT * FROM train_runs WHERE run_id = ?", (run["id"],)).fetchone()
     assert row["step"] == 12 and row["tokens_seen"] == 12 * 4 * 32
     assert row["tokens_per_s"] > 0 and 0 < row["mfu"] < 1
-    assert row["kernels"] == "torch"
-    ops = json.loads(row["ops"])
-    assert set(ops) == {"rmsnorm", "silu_mul", "rope", "attention", "cross_entropy"}
-    assert {v["impl"] for v in ops.values()} == {"torch"}
+    assert row["kernels"] == "lab"  # the default on the CPU in float32
+    ops = json.loads(row["ops"])  # the lab's dispatched kernels, verified first, each op
+    assert set(ops) == {"rmsnorm", "rmsnorm_backward", "silu_mul", "silu_mul_backward",
+                        "rope", "rope_backward", "attention_lse", "attention_backward",
+                        "cross_entropy_fused"}
+    assert all(v["outcome"] == "kernel" and v["impl"].startswith("c.")
+               for v in ops.values()), ops
     assert json.loads(row["outputs"])["gguf"] == str(gguf)
     kinds = conn.execute("SELECT kind, COUNT(*) n FROM train_points WHERE run_id = ? "
                          "GROUP BY kind", (run["id"],)).fetchall()

@@ -65,6 +65,12 @@ class Bar:
         self.bar.stop()
 
 
+def _default_kernels(args: dict[str, Any]) -> str:
+    """The lab's CPU training kernels are float32 (c dialect); elsewhere the torch twin."""
+    cpu = str(args["device"]).startswith("cpu")
+    return "lab" if cpu and (args["dtype"] or "float32") == "float32" else "torch"
+
+
 def _config(args: dict[str, Any], world: Any, db: Path | None) -> tuple[Any, Any]:
     """The TrainConfig (from the flags, or from the checkpoint with --resume) and the
     resumed checkpoint."""
@@ -75,7 +81,8 @@ def _config(args: dict[str, Any], world: Any, db: Path | None) -> tuple[Any, Any
                               **{k: args[k] for k in ("steps", "batch", "accum", "eval_every",
                                                       "ckpt_every")})
         return TrainConfig(preset, data=args["data"] or None, device=args["device"],
-                           dtype=args["dtype"] or "float32", kernels=args["kernels"] or "torch",
+                           dtype=args["dtype"] or "float32",
+                           kernels=args["kernels"] or _default_kernels(args),
                            seed=args["seed"] or 0, out=args["out"], threads=args["threads"],
                            export=args["export"]), None
     resumed = find_resume(args["resume"], open_store(db))
@@ -165,7 +172,9 @@ def train(
                                               show_default=False)] = None,
     kernels: Annotated[str | None, typer.Option(help="Ops of the model: lab (the kernel "
                                                 "lab's verified kernels) or torch (plain "
-                                                "PyTorch, the parity twin). Default torch.",
+                                                "PyTorch, the parity twin). Default: lab for "
+                                                "float32 on the CPU (its C kernels are "
+                                                "float32), else torch.",
                                                 show_default=False)] = None,
     seed: Annotated[int | None, typer.Option(help="Seed of the split, the initial weights "
                                              "and the batches (default 0).",

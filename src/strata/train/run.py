@@ -117,6 +117,9 @@ def check(cfg: TrainConfig) -> torch.device:
         raise InputError(f"--dtype {cfg.dtype}: use {' or '.join(DTYPES)}")
     if cfg.kernels not in OPS:
         raise InputError(f"--kernels {cfg.kernels}: unknown (use {' or '.join(OPS)})")
+    if cfg.kernels == "lab" and cfg.dtype != "float32":
+        raise InputError(f"--kernels lab --dtype {cfg.dtype}: the lab's training kernels "
+                         "verified here are float32; use --dtype float32 or --kernels torch")
     for path in cfg.data or []:
         if not path.exists():
             raise InputError(f"--data {path}: no such file or folder")
