@@ -160,7 +160,10 @@ def test_ctrl_c_keeps_finished_results(tmp_path: Path) -> None:
     proc = subprocess.Popen(
         [sys.executable, "-m", "strata.cli", "bench", TINY, "-B", "llamacpp", "-p",
          "8,16,32,64,128,256", "-n", "none", "-r", "200"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        # a suite started in the background inherits SIGINT ignored; a user's terminal does
+        # not: give the child the default disposition, as an interactive shell would
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and not _has_result(tmp_path):
         time.sleep(0.5)

@@ -84,7 +84,7 @@ def launch(out, x, w, dy, eps=1e-5):
         return
     br = max(MIN_BLOCK_ROWS, triton.cdiv(R, MAX_BLOCKS))
     nb = triton.cdiv(R, br)
-    part = torch.empty((max(nb, 1), C), dtype=torch.float32, device=x.device)
+    part = x.new_empty((max(nb, 1), C), dtype=torch.float32)  # per-block dw partials
     if nb:
         BLOCK = min(triton.next_power_of_2(C), 8192)
         single = C <= BLOCK
