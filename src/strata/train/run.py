@@ -10,6 +10,7 @@ checkpoint.pt, hf/, model.gguf.
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -341,6 +342,7 @@ def train(cfg: TrainConfig, ops: Ops, progress: Progress, store: TrainRecorder |
         docs = load_documents(cfg)
     ddp.init(world, device)
     _threads(cfg, world)
+    loop = None
     try:
         run_id, folder, corpus = _prepare(cfg, world, store, resumed, docs)
         loop = make_loop(cfg, corpus, ops, device, world, folder, peak[0] if world.main else None)
@@ -354,6 +356,10 @@ def train(cfg: TrainConfig, ops: Ops, progress: Progress, store: TrainRecorder |
             store.finish("incomplete" if isinstance(exc, KeyboardInterrupt) else "failed")
         raise
     finally:
+        # DDP's reducer holds gloo work objects: free it while the group is still alive
+        # (freed later, at interpreter exit, it crashed a rank with SIGABRT).
+        loop = None
+        gc.collect()
         ddp.shutdown(world)
     return result
 
