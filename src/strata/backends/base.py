@@ -125,6 +125,7 @@ class BackendDescriptor:
     order: int = 100  # position in lists and in "auto" (lower first)
     fit: Callable[[], BackendRules] | None = None  # memory rules for `strata fit`, if any
     scoring: Scoring | None = None  # how `strata quality` uses it, if it can score
+    auto: bool = True  # part of `--backend auto` (bench) and `auto`/`both` (quality)
 
     def __post_init__(self) -> None:
         unknown = set(self.options) - set(LOAD_FIELDS)

@@ -22,7 +22,9 @@ DTYPES = ("auto", "float32", "bfloat16", "float16")
 def backend_help() -> str:
     """`strata bench --backend` help, listed from the registry so it cannot go stale."""
     listed = ", ".join(f"{n} ({d.help})" for n, d in registry().items())
-    return f"Comma list of {listed}; auto = every backend that can take the model."
+    named = [n for n, d in registry().items() if not d.auto]
+    only = f" ({', '.join(named)}: only when named)" if named else ""
+    return f"Comma list of {listed}; auto = every backend that can take the model{only}."
 
 
 Opt = typer.Option
@@ -97,9 +99,9 @@ def choose_backends(flag: str, models: list[str]) -> list[str]:
         return _words("--backend", flag, tuple(registry()))
     endpoints = [m for m in models if m.startswith(("http://", "https://"))]
     files = len(models) - len(endpoints)
-    return [b for b, d in registry().items()
-            if (files and set(d.accepts) & {"gguf", "hf"})
-            or (endpoints and "endpoint" in d.accepts)]
+    return [b for b, d in registry().items() if d.auto and (
+            (files and set(d.accepts) & {"gguf", "hf"})
+            or (endpoints and "endpoint" in d.accepts))]
 
 
 def _positive(flag: str, value: float, allow_zero: bool = False) -> None:

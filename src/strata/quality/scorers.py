@@ -47,9 +47,10 @@ def scorers() -> dict[str, ScorerKind]:
 
 def backend_choices() -> dict[str, tuple[str, ...]]:
     """--backend values -> backends, in run order; "auto" picks the first that takes the
-    model, "both" runs every scorer."""
+    model, "both" runs every scorer that is part of auto."""
     every = names(scoring=True)
-    return {"auto": every, **{n: (n,) for n in every}, "both": every}
+    default = tuple(n for n in every if describe(n).auto)  # lab runs only when named
+    return {"auto": default, **{n: (n,) for n in every}, "both": default}
 
 
 def __getattr__(attr: str) -> Any:
