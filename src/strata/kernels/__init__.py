@@ -74,7 +74,7 @@ class Choice:
                        self.decision.device, out_shape=False)
             self._checked = True
         if impl is None:
-            return out.copy_(self.spec.vendor()(*inputs, **merged).reshape(-1))
+            return out.copy_(self.spec.vendor()(*inputs, **merged).reshape(out.shape))
         if self._kernel is None:
             from strata.kernels.dialects import get_dialect
 

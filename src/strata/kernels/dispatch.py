@@ -25,6 +25,20 @@ from strata.store.kernels import latest_bench, latest_verification
 KERNEL, VENDOR, FALLBACK = "kernel", "vendor", "fallback"
 
 
+def unrunnable_reason(impl: Implementation, device: str, caps: HostCaps) -> str | None:
+    """Why `impl` cannot serve timed calls on `device` of this host (None: it can)."""
+    dialect = get_dialect(impl.dialect)
+    missing = impl.requires.check(caps)
+    if missing:
+        return f"capability missing: {missing}"
+    where = dialect.run_device(impl.requires, caps)
+    if where != device:
+        return f"runs on {where}, not {device}"
+    if dialect.untimed_reason(device):
+        return f"usable only for correctness here ({dialect.untimed_reason(device)})"
+    return None
+
+
 @dataclass
 class TraceEntry:
     impl: str
@@ -117,15 +131,9 @@ class Resolver:
 
     def _judge(self, impl: Implementation, device: str) -> tuple[str | None, float | None]:
         """(rejection reason or None, speedup) for one implementation on `device`."""
-        dialect = get_dialect(impl.dialect)
-        missing = impl.requires.check(self.caps)
-        if missing:
-            return f"capability missing: {missing}", None
-        where = dialect.run_device(impl.requires, self.caps)
-        if where != device:
-            return f"runs on {where}, not {device}", None
-        if dialect.untimed_reason(device):
-            return f"usable only for correctness here ({dialect.untimed_reason(device)})", None
+        unrunnable = unrunnable_reason(impl, device, self.caps)
+        if unrunnable:
+            return unrunnable, None
         stored = latest_verification(self.conn, self.fp, impl.op, impl.name,
                                      impl.content_hash(), device)
         if stored is None:

@@ -117,7 +117,7 @@ def _rope_scaling(path: Path, kv: dict[str, Any], arch: str) -> dict[str, Any] |
                      "loader for torch; use --backend llamacpp")
 
 
-def _config(path: Path, spec: ModelSpec, kv: dict[str, Any], rule: ArchRule,
+def llama_config(path: Path, spec: ModelSpec, kv: dict[str, Any], rule: ArchRule,
             vocab: int, biases: bool) -> dict[str, Any]:
     arch = spec.arch
     if spec.n_kv_heads == 0 or spec.n_heads % spec.n_kv_heads:
@@ -236,7 +236,7 @@ def read_gguf_weights(path: Path) -> GgufWeights:
     if embd is None or embd.ndim != 2:
         raise InputError(f"MODEL {path}: no 2-D token_embd.weight tensor")
     biases = any(n.endswith("_proj.bias") for n in tensors)
-    config = _config(path, spec, layout.kv, rule, embd.shape[0], biases)
+    config = llama_config(path, spec, layout.kv, rule, embd.shape[0], biases)
     return GgufWeights(path, spec, rule, config, tensors, rope_freqs, stored)
 
 

@@ -329,11 +329,13 @@ class LabOps:
         from strata.commands.kernels import session
         from strata.kernels import Choice
         from strata.kernels.dispatch import resolve
+        from strata.kernels.ensure import ensure_verified
         from strata.kernels.spec import get_spec
 
         self.device = device
         s = session(conn=conn)
-        verify_unverified(s, device, say)
+        ensure_verified(s.conn, s.fingerprint, s.caps, needed_ops(), device, say,
+                        " for training")
         LAB.choices = {op: Choice(resolve(op, device, s.conn, s.fingerprint, s.caps),
                                   get_spec(op)) for op in needed_ops()}
         self.decisions = {op: c.decision for op, c in LAB.choices.items()}
@@ -371,50 +373,6 @@ class LabOps:
 
 def needed_ops() -> list[str]:
     return [op for pair in PAIRS.items() for op in pair if op]
-
-
-def verify_unverified(s: Any, device: str, say: Callable[[str], None]) -> None:
-    """Make sure each needed op has a verified kernel on `device` (dispatch only picks
-    verified ones): for an op with none, verify its built-ins that run here — vectorised
-    before naive, stopping at the first that passes. Sandboxed and cached per source hash,
-    so this costs seconds once per host. Benchmarks are not run here (minutes);
-    `strata kernels bench OP` lets dispatch choose by speed."""
-    from strata.commands.kernels import run_verify
-
-    queues = {op: _candidates(s, op, device) for op in needed_ops()}
-    queues = {op: q for op, q in queues.items() if q and not _has_pass(s, q, device)}
-    while queues:
-        batch = [q.pop(0) for q in queues.values()]
-        say(f"verifying {', '.join(i.key for i in batch)} for training (once per host)…")
-        verdicts = run_verify(s, batch, force=False, timeout_s=300.0, progress=say)
-        passed = {v.impl.op for v in verdicts if v.passed}
-        queues = {op: q for op, q in queues.items() if op not in passed and q}
-
-
-def _candidates(s: Any, op: str, device: str) -> list[Any]:
-    from strata.kernels.dialects import get_dialect
-    from strata.kernels.registry import implementations
-
-    runnable = []
-    for impl in implementations(op, s.conn):
-        dialect = get_dialect(impl.dialect)
-        if impl.is_baseline or impl.requires.check(s.caps) or \
-                dialect.run_device(impl.requires, s.caps) != device or \
-                dialect.untimed_reason(device):
-            continue
-        runnable.append(impl)
-    return sorted(runnable, key=lambda i: i.name.endswith(".naive"))  # vectorised first
-
-
-def _has_pass(s: Any, impls: list[Any], device: str) -> bool:
-    from strata.store.kernels import latest_verification
-
-    for impl in impls:
-        got = latest_verification(s.conn, s.fingerprint, impl.op, impl.name,
-                                  impl.content_hash(), device)
-        if got is not None and got.status == "pass":
-            return True
-    return False
 
 
 def _float32(x: torch.Tensor) -> torch.Tensor:

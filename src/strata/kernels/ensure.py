@@ -1,0 +1,56 @@
+"""Make sure the ops a caller is about to run have a verified kernel on a device.
+
+Dispatch only picks verified implementations; a model runner (`strata train --kernels lab`,
+`-B lab`) would otherwise fall back to torch on a fresh host. For each op with no passing
+verdict on the device, its built-ins that run there are verified — vectorised before naive,
+stopping at the first that passes. Sandboxed and cached per source hash, so this costs
+seconds once per host. Benchmarks are not run here (minutes): `strata kernels bench OP`
+lets dispatch choose by speed.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Iterable
+
+from strata.kernels.capability import HostCaps
+from strata.kernels.dispatch import unrunnable_reason
+from strata.kernels.impl import Implementation
+from strata.kernels.registry import implementations
+from strata.kernels.sandbox import SandboxPolicy
+from strata.kernels.verify import VerifyContext, verify_many
+from strata.store.kernels import latest_verification
+
+
+def ensure_verified(conn: sqlite3.Connection, fingerprint: str, caps: HostCaps,
+                    ops: Iterable[str], device: str, say: Callable[[str], None],
+                    why: str = "", timeout_s: float = 300.0, jobs: int = 2) -> None:
+    """Verify, per op lacking a pass on `device`, its runnable built-ins until one passes."""
+    queues = {op: candidates(conn, caps, op, device) for op in ops}
+    queues = {op: q for op, q in queues.items()
+              if q and not _has_pass(conn, fingerprint, q, device)}
+    ctx = VerifyContext(conn, fingerprint, caps, SandboxPolicy(timeout_s=timeout_s),
+                        force=False, progress=say)
+    while queues:
+        batch = [q.pop(0) for q in queues.values()]
+        say(f"verifying {', '.join(i.key for i in batch)}{why} (once per host)…")
+        passed = {v.impl.op for v in verify_many(batch, ctx, jobs) if v.passed}
+        queues = {op: q for op, q in queues.items() if op not in passed and q}
+
+
+def candidates(conn: sqlite3.Connection, caps: HostCaps, op: str,
+               device: str) -> list[Implementation]:
+    """Implementations of `op` that can serve `device` here, vectorised before naive."""
+    runnable = [i for i in implementations(op, conn)
+                if not i.is_baseline and unrunnable_reason(i, device, caps) is None]
+    return sorted(runnable, key=lambda i: i.name.endswith(".naive"))
+
+
+def _has_pass(conn: sqlite3.Connection, fingerprint: str, impls: list[Implementation],
+              device: str) -> bool:
+    for impl in impls:
+        got = latest_verification(conn, fingerprint, impl.op, impl.name,
+                                  impl.content_hash(), device)
+        if got is not None and got.status == "pass":
+            return True
+    return False
