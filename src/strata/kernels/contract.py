@@ -3,8 +3,10 @@
 A kernel of the C ABI reads `data_ptr()` with the sizes it derives, so a float64, transposed
 or sliced tensor gives garbage without a word. `check_call` compares what the caller passed
 with what the op's spec generates: the number of inputs, each input's kind of dtype and
-rank, one float dtype the implementation declares, one device, contiguity, and the output
-shape the vendor op computes from these inputs (on the meta device: no work, no memory).
+rank, one float dtype the implementation declares (inputs the spec gives a fixed dtype, such
+as linear_f16's float16 weight, must have exactly that one and are left out of this rule), one
+device, contiguity, and the output shape the vendor op computes from these inputs (on the meta
+device: no work, no memory).
 """
 
 from __future__ import annotations
@@ -65,7 +67,13 @@ def check_call(spec: KernelSpec, out: Any, inputs: tuple[Any, ...], params: dict
         if not t.is_contiguous():
             raise InputError(f"{spec.name}: {name} is not contiguous (transposed or sliced); "
                              "pass .contiguous() — kernels read memory in row-major order")
-        if kind == "float":
+        fixed = spec.fixed_dtypes.get(name) if name != "out" else None
+        if fixed is not None:
+            if str(t.dtype).replace("torch.", "") != fixed:
+                raise InputError(f"{spec.name}: {name} must be {fixed}, not {t.dtype} "
+                                 f"(the op takes {name} in {fixed} whatever the other "
+                                 "inputs' dtype)")
+        elif kind == "float":
             if not t.is_floating_point():
                 raise InputError(f"{spec.name}: {name} must be floating point, not {t.dtype}")
             if name != "out" or spec.out_dtype is None:

@@ -56,6 +56,10 @@ class KernelSpec:
     # others (attention_backward's o and lse of q, k, v) after the benchmark's input
     # stream mixed fresh ones; None: the inputs are independent
     derive: Callable[..., None] | None = None
+    # input name -> the one dtype that input always has, whatever the call's float dtype
+    # (linear_f16's weight is float16 next to float32 activations). make_inputs produces it;
+    # the contract demands exactly it and leaves it out of the "one float dtype" rule.
+    fixed_dtypes: dict[str, str] = field(default_factory=dict)
 
     def params_for(self, shape: Shape) -> dict[str, Any]:
         """Params for one shape (attention's scale depends on the head dim)."""

@@ -1,0 +1,53 @@
+"""Shared spec builder for the float-weight linears (linear_f32, linear_f16): out = x @ wᵀ
+with the weight as GGUF stores it, [N, K] row-major (ne0 = K)."""
+
+from strata.kernels.ops._shapes import ffn_sizes, hidden_sizes, unique
+from strata.kernels.spec import KernelSpec, Tolerance, floats
+
+# Small and ragged: B = 1 (decode) and B > 1 (prefill rows), N and K off every block size.
+VERIFY = [{"B": 1, "N": 1, "K": 1}, {"B": 1, "N": 7, "K": 5}, {"B": 1, "N": 37, "K": 100},
+          {"B": 3, "N": 33, "K": 70}, {"B": 5, "N": 66, "K": 131},
+          {"B": 9, "N": 19, "K": 257}]
+
+
+def llm_shapes() -> list[dict[str, int]]:
+    """Decode (1 row), a small batch (8) and a prefill chunk (128) through the square
+    projections; decode through the FFN up (N = ffn) and down (K = ffn) projections."""
+    h, f = hidden_sizes(), ffn_sizes()
+    return unique([{"B": b, "N": n, "K": n} for n in h for b in (1, 8, 128)]
+                  + [{"B": 1, "N": ff, "K": k} for k, ff in zip(h, f, strict=False)]
+                  + [{"B": 1, "N": k, "K": ff} for k, ff in zip(h, f, strict=False)])
+
+
+FIGURE = [{"B": b, "N": 4096, "K": 4096} for b in (1, 8, 128)] + \
+    [{"B": 1, "N": 14336, "K": 4096}]
+
+
+def linear_spec(name: str, summary: str, w_dtype: str | None, w_bytes: int | None,
+                reference, eager, tolerances: dict[str, Tolerance]) -> KernelSpec:
+    """`w_dtype`: the weight's fixed dtype (None: the call's float dtype, like x);
+    `w_bytes`: its bytes per element (None: the call's element size)."""
+
+    def inputs(s, dtype, seed, device):
+        x = floats((s["B"], s["K"]), dtype, seed, device)
+        w = floats((s["N"], s["K"]), w_dtype or dtype, seed, device, offset=1)
+        return [x, w]
+
+    def nbytes(s, e):
+        return float((w_bytes or e) * s["N"] * s["K"] + e * s["B"] * (s["K"] + s["N"]))
+
+    return KernelSpec(
+        name=name,
+        summary=summary,
+        inputs=("x", "w"),
+        make_inputs=inputs,
+        out_shape=lambda s: (s["B"], s["N"]),
+        reference=reference,
+        eager=eager,
+        flops=lambda s: 2.0 * s["B"] * s["N"] * s["K"],
+        bytes=nbytes,
+        sizes=lambda o, x, w: (x.shape[0], w.shape[0], x.shape[1]),
+        shapes={"verify": VERIFY, "llm": llm_shapes(), "figure": FIGURE},
+        tolerances=tolerances,
+        fixed_dtypes={"w": w_dtype} if w_dtype else {},
+    )
