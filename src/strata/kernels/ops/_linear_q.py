@@ -1,0 +1,186 @@
+"""Shared spec builder for the quantised linear layers with ggml's numerics (q8_0, q4_0).
+
+`linear_<kind>(x, w)`: x float32 `[B,K]`, w the GGUF blocks as stored (uint8 `[N, K/32*bytes]`),
+out float32 `[B,N]`. Unlike `matvec_<kind>` (fp32 activations against dequantised weights),
+this is what llama.cpp's CPU backend computes: every 32-block of a row of x is first quantised
+to q8_0 exactly as ggml's AVX2 `quantize_row_q8_0` does, then the dot is an integer one per
+block, scaled by the product of the two fp16 scales:
+
+    amax  = max |x_j| over the block                      (float32, exact)
+    d_x   = fp16(amax / 127)                              (f32 division, then round-to-nearest-
+                                                           even to binary16: the stored scale)
+    id    = 127 / amax if amax != 0 else 0                (float32 division; NOT 1/d_x)
+    q_x   = round_half_even(x_j * id)                     (float32 product; int8 in [-127,127])
+    isum  = sum_j q_w[j] * q_x[j]                         (integer, exact)
+    out   = sum_blocks f32(d_w) * f32(d_x) * isum
+
+with q_w the int8 weights (q8_0) or nibble-8 (q4_0). The reference quantises x in float32 the
+same way and sums in float64 (exact up to the final rounding), so a correct kernel differs from
+it only by its float32 summation order. The vendor path (`eager`, also dispatch's fallback)
+is the same computation with a float32 matmul over the dequantised values: faster, and off by
+float32 rounding over K terms (~1e-5 of the RMS at K = 4096), not over K/32 blocks.
+`make_inputs` plants blocks that exercise the rules
+the random data would almost never reach: exact ties x*id = k+0.5 (round-half-even vs
+round-half-away), an all-zero block (id = 0) and an fp16-subnormal scale.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from strata.kernels.ops import _quant
+from strata.kernels.ops._shapes import ffn_sizes, hidden_sizes, model_dims, unique
+from strata.kernels.spec import KernelSpec, Tolerance, floats, register
+
+QK = _quant.QK
+PREFILL_ROWS = 64  # a prefill chunk of prompt tokens through the same op
+# x is drawn at this scale so outputs are well above 1 (checks.allowed_error scales atol by
+# max(1, RMS): outputs below 1 would turn the relative bound into a loose absolute one)
+X_SCALE = 8.0
+
+# Why this tolerance (float32; the only dtype of the op): the integer part is exact, the
+# scales are products of two fp16 values (exact in float32), so the only freedom a correct
+# kernel has is the float32 rounding of d*isum per block and of the sum over the K/32 blocks:
+# a relative error of a few 1e-7 of the output's RMS. The smallest *modelling* error we must
+# catch is far larger: skipping the activation quantisation (fp32 x) is off by ~0.5% of the
+# RMS, keeping d_x in float32 instead of fp16 by ~1e-4 at small K, rounding half away from
+# zero by ~1e-3 on the planted tie blocks, one q_x off by one by > 1e-4 (K <= 4096). The
+# bound below (1e-5 * max(1, RMS) + 1e-5 * |ref|, checks.allowed_error) sits between the two.
+TOLERANCE = Tolerance(1e-5, 1e-5)
+
+
+def quantize_rows(x: Any) -> tuple[Any, Any]:
+    """ggml's AVX2 q8_0 quantisation of the rows of x [B, K] (float32 arithmetic whatever
+    x's dtype): (q int8-valued float32 [B, K/32, 32], d float32 [B, K/32] = the fp16 scale)."""
+    import torch
+
+    x = x.to(torch.float32)
+    blocks = x.reshape(x.shape[0], -1, QK)
+    amax = blocks.abs().amax(dim=-1)
+    d = (amax / 127.0).to(torch.float16).to(torch.float32)
+    nonzero = amax != 0
+    inv = torch.where(nonzero, 127.0 / torch.where(nonzero, amax, torch.ones_like(amax)),
+                      torch.zeros_like(amax))
+    q = torch.round(blocks * inv.unsqueeze(-1))  # torch.round: half to even
+    return q, d
+
+
+def _weights(kind: str, w: Any, k: int) -> tuple[Any, Any]:
+    """(q float32 [N, K/32, 32] integer-valued, d float32 [N, K/32]) of the GGUF blocks."""
+    import torch
+
+    rows, nb = w.shape[0], k // QK
+    blocks = w.reshape(rows, nb, _quant.BLOCK_BYTES[kind])
+    d = blocks[:, :, :2].contiguous().view(torch.float16).to(torch.float32).reshape(rows, nb)
+    if kind == "q8_0":
+        q = blocks[:, :, 2:].contiguous().view(torch.int8).to(torch.float32)
+    else:
+        body = blocks[:, :, 2:].to(torch.int16)
+        q = (torch.cat([body & 0xF, body >> 4], dim=2) - 8).to(torch.float32)
+    return q, d
+
+
+def linear(kind: str, x: Any, w: Any, acc: Any = None, chunk_rows: int = 2048) -> Any:
+    """out[b, n] = sum_blocks d_w*d_x*isum with x quantised the ggml way; products and sums
+    in `acc` (float64 for the oracle: exact but for the last rounding; float32 for the vendor
+    path). Float32 result, on x's device; the weights are processed `chunk_rows` at a time."""
+    import torch
+
+    acc = acc or torch.float64
+    B, K = x.shape
+    qx, dx = quantize_rows(x)
+    ax = (qx * dx.unsqueeze(-1)).to(acc).reshape(B, K)  # d_x*q_x: exact in float32 already
+    out = torch.empty(B, w.shape[0], dtype=torch.float32, device=x.device)
+    for n0 in range(0, w.shape[0], chunk_rows):
+        qw, dw = _weights(kind, w[n0:n0 + chunk_rows].to(x.device), K)
+        aw = (qw * dw.unsqueeze(-1)).to(acc).reshape(qw.shape[0], K)  # exact (8+11 bits)
+        out[:, n0:n0 + chunk_rows] = (ax @ aw.T).to(torch.float32)
+    return out
+
+
+def plant_blocks(x: Any, seed: int) -> Any:
+    """x [B, K] float32 with a few blocks replaced (in place, returned): in every row one
+    block of exact ties (values (k+0.5)*2^e and k*2^e with amax = 127*2^e, so id = 2^-e and
+    x*id = k+0.5 exactly: round-half-even and round-half-away differ), and in rows b % 3 == 1
+    one all-zero block (amax = 0: d = id = 0) and one block of tiny values (d_x an fp16
+    subnormal)."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed * 104729 + 17)
+    B, K = x.shape
+    nb = K // QK
+    for b in range(B):
+        blk = int(torch.randint(0, nb, (1,), generator=g))
+        e = int(torch.randint(-5, 4, (1,), generator=g))
+        k = torch.randint(-126, 126, (QK,), generator=g).to(torch.float32)
+        half = torch.rand(QK, generator=g) < 0.6
+        vals = k + 0.5 * half.to(torch.float32)
+        vals[int(torch.randint(0, QK, (1,), generator=g))] = 127.0 * (1 if b % 2 else -1)
+        x[b, blk * QK:(blk + 1) * QK] = vals * 2.0 ** e
+        if b % 3 == 1 and nb > 1:
+            zero = (blk + 1 + int(torch.randint(0, nb - 1, (1,), generator=g))) % nb
+            x[b, zero * QK:(zero + 1) * QK] = 0.0
+            if nb > 2:
+                tiny = next(i for i in range(nb) if i not in (blk, zero))
+                x[b, tiny * QK:(tiny + 1) * QK] *= 1e-4 / float(x[b, tiny * QK:(tiny + 1) * QK]
+                                                                .abs().max().clamp_min(1e-30))
+    return x
+
+
+def _spec(kind: str) -> KernelSpec:
+    block = _quant.BLOCK_BYTES[kind]
+
+    def inputs(s, dtype, seed, device):
+        x = plant_blocks(floats((s["B"], s["K"]), "float32", seed, "cpu", scale=X_SCALE), seed)
+        w = _quant.random_blocks(kind, s["N"], s["K"], seed)
+        return [x.to(dtype=_dtype(dtype), device=device).contiguous(), w.to(device)]
+
+    def reference(x, w):
+        return linear(kind, x, w)
+
+    def eager(x, w):
+        import torch
+
+        return linear(kind, x, w, acc=torch.float32)
+
+    def weight_bytes(s):
+        return s["N"] * s["K"] // QK * block
+
+    h, f = hidden_sizes(), ffn_sizes()
+    dims = [(d.hidden, d.ffn) for d in model_dims()]
+    llm = unique([{"B": b, "N": n, "K": k}
+                  for hid, ffn in dims for b in (1, PREFILL_ROWS)
+                  for n, k in ((hid, hid), (ffn, hid))]
+                 + [{"B": 1, "N": hid, "K": ffn} for hid, ffn in dims])
+    assert all(k % QK == 0 for k in h + f)
+    return KernelSpec(
+        name=f"linear_{kind}",
+        summary=f"x @ {kind} weight^T with ggml's numerics (x quantised to q8_0, integer dots)",
+        inputs=("x", "w"),
+        make_inputs=inputs,
+        out_shape=lambda s: (s["B"], s["N"]),
+        out_dtype="float32",
+        reference=reference,
+        eager=eager,
+        flops=lambda s: 2.0 * s["B"] * s["N"] * s["K"],
+        bytes=lambda s, e: float(weight_bytes(s) + 4 * s["B"] * (s["K"] + s["N"])),
+        sizes=lambda o, x, w: (x.shape[0], w.shape[0], x.shape[1]),
+        shapes={
+            "verify": [{"B": 1, "N": 1, "K": 32}, {"B": 1, "N": 7, "K": 96},
+                       {"B": 3, "N": 40, "K": 64}, {"B": 2, "N": 33, "K": 256},
+                       {"B": 5, "N": 19, "K": 1024}, {"B": 9, "N": 70, "K": 160}],
+            "llm": llm,
+            "figure": [{"B": 1, "N": 4096, "K": 4096}, {"B": PREFILL_ROWS, "N": 4096, "K": 4096}],
+        },
+        tolerances={"float32": TOLERANCE},
+    )
+
+
+def _dtype(name: str) -> Any:
+    import torch
+
+    return getattr(torch, name)
+
+
+def register_linear(kind: str) -> KernelSpec:
+    return register(_spec(kind))
