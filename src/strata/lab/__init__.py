@@ -1,0 +1,50 @@
+"""GGUF models on the kernel lab's own kernels (`-B lab`, docs/architecture.md §7).
+
+    import strata.lab
+    model = strata.lab.load("model.gguf", device="cpu")
+    logits = model.prefill([bos, *prompt])      # [1, vocab] of the last token
+    logits = model.decode(next_token)           # [1, vocab]
+
+Weights stay as stored in the GGUF (`lab/weights.py`), the forward pass is lab ops chosen
+per device by dispatch (`lab/kernels.py`, `lab/model.py`), torch is glue only and what it
+computes is counted (`lab/accounting.py`). `strata fit MODEL -B lab` plans which kernel
+would serve each op on a device (`lab/plan.py`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from strata.lab.model import LabModel
+
+DEFAULT_CTX = 4096
+
+
+def load(path: str | Path, device: str = "cpu", n_ctx: int = DEFAULT_CTX,
+         threads: int | None = None, db: Path | None = None,
+         say: Callable[[str], None] = lambda _m: None) -> LabModel:
+    """A GGUF ready to prefill/decode on `device`, with an empty KV cache of `n_ctx`."""
+    import torch
+
+    from strata.backends.torch_device import resolve_device
+    from strata.lab.kernels import Kernels, needed_ops
+    from strata.lab.model import LabModel
+    from strata.lab.threads import set_threads
+    from strata.lab.weights import read_weights
+    from strata.paths import default_db_path
+    from strata.store import open_db
+
+    dev: torch.device = resolve_device(device)
+    set_threads(threads)
+    weights = read_weights(Path(path), dev)
+    kinds = [t.kind for t in weights.tensors.values() if len(t.shape) == 2]
+    kernels = Kernels.resolve(needed_ops(kinds), dev, open_db(db or default_db_path()), say)
+    model = LabModel(weights, kernels, dev)
+    model.reset(n_ctx)
+    return model
+
+
+__all__ = ["DEFAULT_CTX", "load"]

@@ -1,0 +1,96 @@
+"""The lab ops a model needs on one device, resolved by dispatch, with their accounting.
+
+Every op goes through `strata.kernels` dispatch (the fastest verified implementation here,
+else torch's op reported as a fallback); built-ins are verified first where nothing is
+(`kernels.ensure`). `Kernels.call` runs an op into a preallocated output; with `profile`
+on it also sums the wall time per op (the device synchronised around each call), which is
+what the per-op profile of a decode step reads.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from strata.errors import InputError
+
+# GGML storage type of a 2-D weight -> the lab op that multiplies activations by it
+LINEAR_OPS = {"F32": "linear_f32", "F16": "linear_f16", "Q8_0": "linear_q8_0",
+              "Q4_0": "linear_q4_0"}
+# the ops every layer runs whatever the weights' types
+LAYER_OPS = ("rmsnorm", "rope", "attention_cached", "silu_mul")
+
+
+def needed_ops(matrix_kinds: Iterable[str]) -> list[str]:
+    """The lab ops a model whose 2-D weights have these storage types runs."""
+    kinds = sorted(set(matrix_kinds))
+    missing = [k for k in kinds if k not in LINEAR_OPS]
+    if missing:
+        raise InputError(f"-B lab: no lab op multiplies {', '.join(missing)} weights yet "
+                         "(strata fit MODEL -B lab lists what is missing); use --backend "
+                         "llamacpp")
+    return [*LAYER_OPS, *(LINEAR_OPS[k] for k in kinds)]
+
+
+@dataclass
+class Kernels:
+    """op -> dispatched Choice, for one device."""
+
+    device: torch.device
+    choices: dict[str, Any]
+    profile: bool = False
+    seconds: Counter = field(default_factory=Counter)  # op -> wall seconds (profile on)
+    calls: Counter = field(default_factory=Counter)
+
+    @classmethod
+    def resolve(cls, ops: list[str], device: torch.device, conn: Any,
+                say: Callable[[str], None]) -> Kernels:
+        from strata.commands.kernels import session
+        from strata.kernels import Choice
+        from strata.kernels.dispatch import resolve
+        from strata.kernels.ensure import ensure_verified
+        from strata.kernels.spec import get_spec
+
+        where = _device_key(device)
+        s = session(conn=conn)
+        ensure_verified(s.conn, s.fingerprint, s.caps, ops, where, say, " for -B lab")
+        return cls(device, {op: Choice(resolve(op, where, s.conn, s.fingerprint, s.caps),
+                                       get_spec(op)) for op in ops})
+
+    def call(self, op: str, out: torch.Tensor, *inputs: torch.Tensor,
+             **params: Any) -> torch.Tensor:
+        if not self.profile:
+            return self.choices[op].run_packed(out, *inputs, **params)
+        _sync(self.device)
+        t0 = time.perf_counter()
+        self.choices[op].run_packed(out, *inputs, **params)
+        _sync(self.device)
+        self.seconds[op] += time.perf_counter() - t0
+        self.calls[op] += 1
+        return out
+
+    def served(self) -> dict[str, dict[str, Any]]:
+        """op -> {impl, outcome, why}: which implementation serves each op, and why."""
+        out = {}
+        for op, choice in self.choices.items():
+            d = choice.decision
+            why = next((t.reason for t in d.trace if t.verdict in ("chosen", "fallback")), "")
+            out[op] = {"impl": d.chosen, "outcome": d.outcome, "why": why}
+        return out
+
+
+def _device_key(device: torch.device) -> str:
+    """Dispatch's name for a torch device: cpu, cuda:0."""
+    if device.type == "cpu":
+        return "cpu"
+    return f"{device.type}:{device.index or 0}"
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
