@@ -93,7 +93,9 @@ SPEC = register(KernelSpec(
     shapes={
         "verify": [_shape(1, 1, 1, 0, 1, 4), _shape(4, 2, 1, 37, 45, 16),
                    _shape(2, 1, 5, 0, 9, 64), _shape(3, 3, 7, 12, 20, 8),
-                   _shape(4, 1, 3, 30, 33, 20), _shape(6, 2, 9, 5, 17, 12)],
+                   _shape(4, 1, 3, 30, 33, 20), _shape(6, 2, 9, 5, 17, 12),
+                   # enough work (> 2^20 multiply-adds) for the C kernels' thread team
+                   _shape(8, 2, 5, 300, 311, 100)],
         "llm": _llm(),
         "figure": [_shape(32, 8, 1, 4095, 4096, 128), _shape(32, 8, 128, 384, 512, 128)],
     },

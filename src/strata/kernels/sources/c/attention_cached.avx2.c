@@ -1,0 +1,249 @@
+// strata-kernel: op=attention_cached dialect=c entry=strata_attention_cached requires=avx2,fma
+/* AVX2/FMA causal attention of T queries over a KV cache, GQA (flash-decoding style).
+ *
+ * q [H,T,D]; k, v [Hkv,C,D]; P = pos[0] cache rows precede the queries (P + T <= C). Query t
+ * of head h attends rows 0..P+t of kv head h / (H/Hkv); rows from P+t+1 on are never
+ * touched (each query's loop ends at its own last key).
+ *
+ * A work item is (kv head, quad of the query heads that share it, query row t): the up to
+ * four queries read each K/V row once. Keys are swept in blocks of 32 with an online
+ * softmax (running max and sum per query, block rescale); q.k takes 2 keys x 4 queries per
+ * step, P.V keeps 16-wide D slices of the four outputs in registers. Items run in parallel
+ * (OpenMP, over heads and query rows) when the work amortises a team; every item is
+ * computed the same way on any thread, so results do not depend on the thread count.
+ */
+#include <immintrin.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+/* Below this many multiply-adds the kernel stays on one thread (a fork-join costs
+   microseconds on a quiet machine, much more when the cores are shared). */
+#ifndef PAR_MIN_WORK
+#define PAR_MIN_WORK ((int64_t)1 << 20)
+#endif
+
+/* Vectorised expf: Cephes range reduction (two-constant Cody-Waite) + degree-6 polynomial.
+   Relative error ~2 ulp for x in [-87.3, 88.7]; below that results go denormal then 0,
+   above it they overflow to +inf (never NaN). 2^n is applied as two factors so every
+   n in [-150, 128] is representable. */
+static inline __m256 exp256_ps(__m256 x) {
+    x = _mm256_min_ps(x, _mm256_set1_ps(88.7228390f));
+    x = _mm256_max_ps(x, _mm256_set1_ps(-104.0f));
+    __m256 fx = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(fx, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 y = _mm256_set1_ps(1.9875691500e-4f);
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.3981999507e-3f));
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(8.3334519073e-3f));
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(4.1665795894e-2f));
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.6666665459e-1f));
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(5.0000001201e-1f));
+    y = _mm256_fmadd_ps(y, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    __m256i n = _mm256_cvtps_epi32(fx);
+    __m256i n1 = _mm256_srai_epi32(n, 1);
+    __m256i n2 = _mm256_sub_epi32(n, n1);
+    __m256 p1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n1, _mm256_set1_epi32(127)), 23));
+    __m256 p2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n2, _mm256_set1_epi32(127)), 23));
+    return _mm256_mul_ps(_mm256_mul_ps(y, p1), p2);
+}
+
+/* Lane mask for the last (n % 8) elements: lanes [0, rem) active. */
+static inline __m256i tailmask(int64_t rem) {
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)rem),
+                              _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+#define DEC_BS 32
+
+static inline __m128 hsum4x8(__m256 a0, __m256 a1, __m256 a2, __m256 a3) {
+    __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
+    return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+}
+
+/* One work item: queries q0..q3 (may repeat for padding) against one kv head.
+   acc is scratch [4][D]; results for the first nq queries go to o[j]. */
+static void decode_quad(float *const o[4], const float *const qp[4], const float *kh,
+                        const float *vh, int64_t S, int64_t D, float scale, int nq, float *acc) {
+    float sc[DEC_BS * 4] __attribute__((aligned(32)));  /* layout [s][j] */
+    const int64_t D8 = D & ~(int64_t)7;
+    const __m256i dm = tailmask(D - D8);
+    const __m128 scv = _mm_set1_ps(scale);
+    __m128 mrun = _mm_set1_ps(-INFINITY), lrun = _mm_setzero_ps();
+    for (int64_t i = 0; i < 4 * D; i++) acc[i] = 0.0f;
+    const float *q0 = qp[0], *q1 = qp[1], *q2 = qp[2], *q3 = qp[3];
+
+    for (int64_t s0 = 0; s0 < S; s0 += DEC_BS) {
+        int64_t n = S - s0 < DEC_BS ? S - s0 : DEC_BS;
+        const float *kb = kh + s0 * D, *vb = vh + s0 * D;
+        /* scores for this block */
+        int64_t s = 0;
+        for (; s + 2 <= n; s += 2) {
+            const float *ka = kb + s * D, *kc = ka + D;
+            __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+            __m256 b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+            int64_t d = 0;
+            for (; d < D8; d += 8) {
+                __m256 x = _mm256_loadu_ps(ka + d), y = _mm256_loadu_ps(kc + d);
+                __m256 v0 = _mm256_loadu_ps(q0 + d), v1 = _mm256_loadu_ps(q1 + d);
+                a0 = _mm256_fmadd_ps(v0, x, a0); b0 = _mm256_fmadd_ps(v0, y, b0);
+                a1 = _mm256_fmadd_ps(v1, x, a1); b1 = _mm256_fmadd_ps(v1, y, b1);
+                __m256 v2 = _mm256_loadu_ps(q2 + d), v3 = _mm256_loadu_ps(q3 + d);
+                a2 = _mm256_fmadd_ps(v2, x, a2); b2 = _mm256_fmadd_ps(v2, y, b2);
+                a3 = _mm256_fmadd_ps(v3, x, a3); b3 = _mm256_fmadd_ps(v3, y, b3);
+            }
+            if (d < D) {
+                __m256 x = _mm256_maskload_ps(ka + d, dm), y = _mm256_maskload_ps(kc + d, dm);
+                __m256 v0 = _mm256_maskload_ps(q0 + d, dm), v1 = _mm256_maskload_ps(q1 + d, dm);
+                a0 = _mm256_fmadd_ps(v0, x, a0); b0 = _mm256_fmadd_ps(v0, y, b0);
+                a1 = _mm256_fmadd_ps(v1, x, a1); b1 = _mm256_fmadd_ps(v1, y, b1);
+                __m256 v2 = _mm256_maskload_ps(q2 + d, dm), v3 = _mm256_maskload_ps(q3 + d, dm);
+                a2 = _mm256_fmadd_ps(v2, x, a2); b2 = _mm256_fmadd_ps(v2, y, b2);
+                a3 = _mm256_fmadd_ps(v3, x, a3); b3 = _mm256_fmadd_ps(v3, y, b3);
+            }
+            _mm_store_ps(sc + s * 4, _mm_mul_ps(hsum4x8(a0, a1, a2, a3), scv));
+            _mm_store_ps(sc + s * 4 + 4, _mm_mul_ps(hsum4x8(b0, b1, b2, b3), scv));
+        }
+        if (s < n) {
+            const float *ka = kb + s * D;
+            __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+            int64_t d = 0;
+            for (; d < D8; d += 8) {
+                __m256 x = _mm256_loadu_ps(ka + d);
+                a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q0 + d), x, a0);
+                a1 = _mm256_fmadd_ps(_mm256_loadu_ps(q1 + d), x, a1);
+                a2 = _mm256_fmadd_ps(_mm256_loadu_ps(q2 + d), x, a2);
+                a3 = _mm256_fmadd_ps(_mm256_loadu_ps(q3 + d), x, a3);
+            }
+            if (d < D) {
+                __m256 x = _mm256_maskload_ps(ka + d, dm);
+                a0 = _mm256_fmadd_ps(_mm256_maskload_ps(q0 + d, dm), x, a0);
+                a1 = _mm256_fmadd_ps(_mm256_maskload_ps(q1 + d, dm), x, a1);
+                a2 = _mm256_fmadd_ps(_mm256_maskload_ps(q2 + d, dm), x, a2);
+                a3 = _mm256_fmadd_ps(_mm256_maskload_ps(q3 + d, dm), x, a3);
+            }
+            _mm_store_ps(sc + s * 4, _mm_mul_ps(hsum4x8(a0, a1, a2, a3), scv));
+        }
+        /* block max per query (layout [s][j]: lane j%4 is query j) */
+        __m128 bm = _mm_load_ps(sc);
+        for (s = 1; s < n; s++) bm = _mm_max_ps(bm, _mm_load_ps(sc + s * 4));
+        __m128 mnew = _mm_max_ps(mrun, bm);
+        /* alpha = exp(mrun - mnew); first block: exp(-inf) -> 0 via the exp clamp */
+        __m128 alpha = _mm256_castps256_ps128(exp256_ps(_mm256_castps128_ps256(_mm_sub_ps(mrun, mnew))));
+        mrun = mnew;
+        __m256 mv = _mm256_set_m128(mnew, mnew);
+        __m256 sum = _mm256_setzero_ps();
+        for (s = 0; s + 2 <= n; s += 2) {
+            __m256 e = exp256_ps(_mm256_sub_ps(_mm256_load_ps(sc + s * 4), mv));
+            _mm256_store_ps(sc + s * 4, e);
+            sum = _mm256_add_ps(sum, e);
+        }
+        __m128 bsum = _mm_add_ps(_mm256_castps256_ps128(sum), _mm256_extractf128_ps(sum, 1));
+        if (s < n) {
+            __m128 e = _mm256_castps256_ps128(exp256_ps(_mm256_castps128_ps256(_mm_sub_ps(_mm_load_ps(sc + s * 4), mnew))));
+            _mm_store_ps(sc + s * 4, e);
+            bsum = _mm_add_ps(bsum, e);
+        }
+        lrun = _mm_add_ps(_mm_mul_ps(lrun, alpha), bsum);
+        float al[4];
+        _mm_storeu_ps(al, alpha);
+        const __m256 al0 = _mm256_set1_ps(al[0]), al1 = _mm256_set1_ps(al[1]);
+        const __m256 al2 = _mm256_set1_ps(al[2]), al3 = _mm256_set1_ps(al[3]);
+        float *c0 = acc, *c1 = acc + D, *c2 = acc + 2 * D, *c3 = acc + 3 * D;
+        /* P.V over this block, 16-wide D slices held in registers */
+        int64_t d = 0;
+        for (; d + 16 <= D; d += 16) {
+            __m256 x0 = _mm256_mul_ps(_mm256_loadu_ps(c0 + d), al0), y0 = _mm256_mul_ps(_mm256_loadu_ps(c0 + d + 8), al0);
+            __m256 x1 = _mm256_mul_ps(_mm256_loadu_ps(c1 + d), al1), y1 = _mm256_mul_ps(_mm256_loadu_ps(c1 + d + 8), al1);
+            __m256 x2 = _mm256_mul_ps(_mm256_loadu_ps(c2 + d), al2), y2 = _mm256_mul_ps(_mm256_loadu_ps(c2 + d + 8), al2);
+            __m256 x3 = _mm256_mul_ps(_mm256_loadu_ps(c3 + d), al3), y3 = _mm256_mul_ps(_mm256_loadu_ps(c3 + d + 8), al3);
+            for (s = 0; s < n; s++) {
+                const float *vr = vb + s * D + d;
+                __m256 va = _mm256_loadu_ps(vr), vc = _mm256_loadu_ps(vr + 8);
+                const float *ps = sc + s * 4;
+                __m256 p0 = _mm256_broadcast_ss(ps), p1 = _mm256_broadcast_ss(ps + 1);
+                x0 = _mm256_fmadd_ps(p0, va, x0); y0 = _mm256_fmadd_ps(p0, vc, y0);
+                x1 = _mm256_fmadd_ps(p1, va, x1); y1 = _mm256_fmadd_ps(p1, vc, y1);
+                __m256 p2 = _mm256_broadcast_ss(ps + 2), p3 = _mm256_broadcast_ss(ps + 3);
+                x2 = _mm256_fmadd_ps(p2, va, x2); y2 = _mm256_fmadd_ps(p2, vc, y2);
+                x3 = _mm256_fmadd_ps(p3, va, x3); y3 = _mm256_fmadd_ps(p3, vc, y3);
+            }
+            _mm256_storeu_ps(c0 + d, x0); _mm256_storeu_ps(c0 + d + 8, y0);
+            _mm256_storeu_ps(c1 + d, x1); _mm256_storeu_ps(c1 + d + 8, y1);
+            _mm256_storeu_ps(c2 + d, x2); _mm256_storeu_ps(c2 + d + 8, y2);
+            _mm256_storeu_ps(c3 + d, x3); _mm256_storeu_ps(c3 + d + 8, y3);
+        }
+        for (; d < D; d += 8) {
+            __m256i m = tailmask(D - d < 8 ? D - d : 8);
+            __m256 x0 = _mm256_mul_ps(_mm256_maskload_ps(c0 + d, m), al0);
+            __m256 x1 = _mm256_mul_ps(_mm256_maskload_ps(c1 + d, m), al1);
+            __m256 x2 = _mm256_mul_ps(_mm256_maskload_ps(c2 + d, m), al2);
+            __m256 x3 = _mm256_mul_ps(_mm256_maskload_ps(c3 + d, m), al3);
+            for (s = 0; s < n; s++) {
+                __m256 va = _mm256_maskload_ps(vb + s * D + d, m);
+                const float *ps = sc + s * 4;
+                x0 = _mm256_fmadd_ps(_mm256_broadcast_ss(ps), va, x0);
+                x1 = _mm256_fmadd_ps(_mm256_broadcast_ss(ps + 1), va, x1);
+                x2 = _mm256_fmadd_ps(_mm256_broadcast_ss(ps + 2), va, x2);
+                x3 = _mm256_fmadd_ps(_mm256_broadcast_ss(ps + 3), va, x3);
+            }
+            _mm256_maskstore_ps(c0 + d, m, x0);
+            _mm256_maskstore_ps(c1 + d, m, x1);
+            _mm256_maskstore_ps(c2 + d, m, x2);
+            _mm256_maskstore_ps(c3 + d, m, x3);
+        }
+    }
+    float l[4];
+    _mm_storeu_ps(l, lrun);
+    for (int j = 0; j < nq; j++) {
+        const __m256 inv = _mm256_set1_ps(1.0f / l[j]);
+        const float *cj = acc + j * D;
+        int64_t d = 0;
+        for (; d < D8; d += 8) _mm256_storeu_ps(o[j] + d, _mm256_mul_ps(_mm256_loadu_ps(cj + d), inv));
+        if (d < D) _mm256_maskstore_ps(o[j] + d, dm, _mm256_mul_ps(_mm256_maskload_ps(cj + d, dm), inv));
+    }
+}
+
+/* Item `item` = ((g * quads + quad) * T + t): queries of heads g*G + 4*quad + j, row t,
+   over keys 0..P+t of kv head g. */
+static void cached_item(float *out, const float *q, const float *k, const float *v,
+                        int64_t H, int64_t Hkv, int64_t T, int64_t C, int64_t D, int64_t P,
+                        float scale, int64_t item, int64_t quads, float *acc) {
+    const int64_t G = H / Hkv, t = item % T, gq = item / T, g = gq / quads;
+    const int64_t j0 = (gq % quads) * 4;
+    const int nq = (int)(G - j0 < 4 ? G - j0 : 4);
+    float *o[4];
+    const float *qp[4];
+    for (int j = 0; j < 4; j++) {  /* padding lanes repeat the last query; not stored */
+        const int64_t h = g * G + j0 + (j < nq ? j : nq - 1);
+        o[j] = out + (h * T + t) * D;
+        qp[j] = q + (h * T + t) * D;
+    }
+    decode_quad(o, qp, k + g * C * D, v + g * C * D, P + t + 1, D, scale, nq, acc);
+}
+
+void strata_attention_cached(float *out, const float *q, const float *k, const float *v,
+                             const int64_t *pos, int64_t H, int64_t Hkv, int64_t T,
+                             int64_t C, int64_t D, float scale) {
+    if (H <= 0 || T <= 0 || D <= 0 || Hkv <= 0) return;
+    const int64_t P = pos[0], G = H / Hkv, quads = (G + 3) / 4, items = Hkv * quads * T;
+    const int64_t work = H * D * (T * P + T * (T + 1) / 2);
+    if (items < 2 || work < PAR_MIN_WORK) {
+        float *acc = (float *)malloc((size_t)(4 * D) * sizeof(float));
+        if (!acc) return;
+        for (int64_t it = 0; it < items; it++)
+            cached_item(out, q, k, v, H, Hkv, T, C, D, P, scale, it, quads, acc);
+        free(acc);
+        return;
+    }
+#pragma omp parallel
+    {
+        float *acc = (float *)malloc((size_t)(4 * D) * sizeof(float));
+        /* consecutive items share a kv head (locality); causal rows differ in cost */
+#pragma omp for schedule(dynamic, 4)
+        for (int64_t it = 0; it < items; it++)
+            if (acc) cached_item(out, q, k, v, H, Hkv, T, C, D, P, scale, it, quads, acc);
+        free(acc);
+    }
+}
