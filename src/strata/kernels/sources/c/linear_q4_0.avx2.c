@@ -1,0 +1,168 @@
+// strata-kernel: op=linear_q4_0 dialect=c entry=strata_linear_q4_0 requires=avx2,fma,f16c
+/* GGUF q4_0 linear layer with ggml's numerics, AVX2/FMA/F16C and OpenMP:
+ * out[b,n] = sum over 32-blocks of f32(d_w) * f32(d_x) * sum_j (nib_j - 8) * q_x[j].
+ *
+ * 1. x is quantised once per call, every 32-block as ggml's AVX2 quantize_row_q8_0 does:
+ *    amax = max |x|, d_x = fp16(amax / 127) (F16C, round to nearest even), id = amax ?
+ *    127 / amax : 0, q_x = round_half_even(x * id) (vroundps), packed to int8. The blocks
+ *    go to an aligned scratch buffer with their scales (float32) and c = -8 * sum_j q_x[j].
+ * 2. The block dots are exact integer arithmetic. An 18-byte q4_0 block holds weight j in
+ *    the low nibble of byte j and weight j+16 in the high nibble, so its 16 bytes are
+ *    broadcast to both 128-bit halves (one load), the upper half shifted right by 4
+ *    (vpsrlvd with counts 0 | 4) and masked with 0x0F: the 32 nibbles in weight order.
+ *    Nibbles are unsigned, so vpmaddubsw takes them as they are against the signed q_x
+ *    (pair sums <= 2*15*127, no saturation), vpmaddwd against ones gives 8 int32 lanes, and
+ *    the -8 offset is one integer add of c (in lane 0): sum (nib-8)*q = sum nib*q - 8*sum q,
+ *    exactly ggml's isum. Converted and FMA'd with d_w*d_x (an exact float32 product of two
+ *    fp16 values) into a float32 accumulator.
+ * 3. Tiling: RN weight rows x RB rows of x per tile, so each weight block unpacked feeds RB
+ *    dots and each x block feeds RN. At decode (B = 1) the op streams the weights once;
+ *    for B > 1 a group of RN weight rows stays in L1 while every tile of x rows passes over
+ *    it, so the weights are still read from memory once.
+ * 4. Weight rows are split over threads in contiguous chunks of groups (sequential streams
+ *    for the prefetcher), handed out dynamically; every output is one thread's fixed-order
+ *    sum, so results do not depend on the thread count.
+ */
+#include <immintrin.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define QK 32
+#define BLOCK_BYTES 18
+#define RN 3              /* weight rows per tile */
+#define RB 4              /* rows of x per tile (B > 1) */
+#define CHUNK_GROUPS 16   /* weight-row groups per scheduling chunk */
+
+static inline float hsum(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* The fp16 scale at p, as float32 in all 8 lanes (F16C: exact, subnormals included). */
+static inline __m256 half_at(const uint8_t *p) {
+    int16_t h;
+    memcpy(&h, p, sizeof h);  /* one 16-bit load, broadcast: vpbroadcastw + vcvtph2ps */
+    return _mm256_cvtph_ps(_mm_set1_epi16(h));
+}
+
+/* One 32-block of x -> 32 int8 at q (32-byte aligned), the fp16-rounded scale, and
+ * c = -8 * (sum of the int8 values). */
+static inline void quantize_block(const float *x, int8_t *q, float *d, int32_t *c) {
+    __m256 v0 = _mm256_loadu_ps(x), v1 = _mm256_loadu_ps(x + 8);
+    __m256 v2 = _mm256_loadu_ps(x + 16), v3 = _mm256_loadu_ps(x + 24);
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 m = _mm256_max_ps(_mm256_andnot_ps(sign, v0), _mm256_andnot_ps(sign, v1));
+    m = _mm256_max_ps(m, _mm256_max_ps(_mm256_andnot_ps(sign, v2), _mm256_andnot_ps(sign, v3)));
+    __m128 m4 = _mm_max_ps(_mm256_extractf128_ps(m, 1), _mm256_castps256_ps128(m));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+    const float amax = _mm_cvtss_f32(m4);
+    const __m128i h = _mm_cvtps_ph(_mm_set_ss(amax / 127.0f), _MM_FROUND_TO_NEAREST_INT);
+    *d = _mm_cvtss_f32(_mm_cvtph_ps(h));
+    const __m256 id = _mm256_set1_ps(amax != 0.0f ? 127.0f / amax : 0.0f);
+    const int mode = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;  /* half to even */
+    const __m256i i0 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v0, id), mode));
+    const __m256i i1 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v1, id), mode));
+    const __m256i i2 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v2, id), mode));
+    const __m256i i3 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v3, id), mode));
+    /* sum of the 32 values (each in [-127, 127]) from the int32 lanes */
+    __m256i s = _mm256_add_epi32(_mm256_add_epi32(i0, i1), _mm256_add_epi32(i2, i3));
+    __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+    s4 = _mm_add_epi32(s4, _mm_unpackhi_epi64(s4, s4));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, _MM_SHUFFLE(2, 3, 0, 1)));
+    *c = -8 * _mm_cvtsi128_si32(s4);
+    /* the packs work per 128-bit lane: dwords end up in order 0,4,1,5,2,6,3,7 */
+    const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(i0, i1), _mm256_packs_epi32(i2, i3));
+    _mm256_store_si256((__m256i *)q,
+                       _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+}
+
+/* out[b*ldo + r] = dot(weight row r, x row b) for r < nr, b < nb (compile-time constants
+ * after inlining: the loops unroll and acc[][] lives in registers). */
+static inline __attribute__((always_inline)) void tile(float *out, int64_t ldo,
+                                                       const uint8_t *w, int64_t row_bytes,
+                                                       const int8_t *qx, const float *dx,
+                                                       const int32_t *cx, int64_t nblocks,
+                                                       const int nr, const int nb) {
+    const __m256i ones = _mm256_set1_epi16(1), low4 = _mm256_set1_epi8(0x0F);
+    const __m256i shift = _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4);
+    __m256 acc[RN][RB];
+    for (int r = 0; r < nr; r++)
+        for (int b = 0; b < nb; b++) acc[r][b] = _mm256_setzero_ps();
+    for (int64_t blk = 0; blk < nblocks; blk++) {
+        __m256i xq[RB], xc[RB];
+        __m256 xd[RB];
+        for (int b = 0; b < nb; b++) {
+            const int64_t i = b * nblocks + blk;
+            xq[b] = _mm256_load_si256((const __m256i *)(qx + i * QK));
+            xd[b] = _mm256_broadcast_ss(dx + i);
+            xc[b] = _mm256_zextsi128_si256(_mm_cvtsi32_si128(cx[i]));
+        }
+        for (int r = 0; r < nr; r++) {
+            const uint8_t *p = w + r * row_bytes + blk * BLOCK_BYTES;
+            const __m256i bytes = _mm256_broadcastsi128_si256(
+                _mm_loadu_si128((const __m128i *)(p + 2)));
+            const __m256i nib = _mm256_and_si256(_mm256_srlv_epi32(bytes, shift), low4);
+            const __m256 wd = half_at(p);
+            for (int b = 0; b < nb; b++) {
+                const __m256i prod = _mm256_maddubs_epi16(nib, xq[b]);
+                const __m256i isum = _mm256_add_epi32(_mm256_madd_epi16(prod, ones), xc[b]);
+                acc[r][b] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(wd, xd[b]),
+                                            acc[r][b]);
+            }
+        }
+    }
+    for (int r = 0; r < nr; r++)
+        for (int b = 0; b < nb; b++) out[b * ldo + r] = hsum(acc[r][b]);
+}
+
+void strata_linear_q4_0(float *out, const float *x, const uint8_t *w,
+                        int64_t B, int64_t N, int64_t K) {
+    const int64_t nblocks = K / QK, row_bytes = nblocks * BLOCK_BYTES;
+    const int64_t groups = (N + RN - 1) / RN, total = B * nblocks;
+    int8_t *qx = aligned_alloc(32, (size_t)(total + 1) * QK);
+    float *dx = malloc((size_t)(total + 1) * sizeof(float));
+    int32_t *cx = malloc((size_t)(total + 1) * sizeof(int32_t));
+    if (!qx || !dx || !cx) { free(qx); free(dx); free(cx); return; }  /* out stays NaN */
+#pragma omp parallel
+    {
+#pragma omp for schedule(static)
+        for (int64_t i = 0; i < total; i++)
+            quantize_block(x + i * QK, qx + i * QK, dx + i, cx + i);
+#pragma omp for schedule(dynamic, CHUNK_GROUPS)
+        for (int64_t g = 0; g < groups; g++) {
+            const int64_t n = g * RN;
+            const uint8_t *wg = w + n * row_bytes;
+            const int full = n + RN <= N;
+            int64_t b = 0;
+            for (; B > 1 && b + RB <= B; b += RB) {
+                const int64_t i = b * nblocks;
+                if (full) {
+                    tile(out + b * N + n, N, wg, row_bytes, qx + b * K, dx + i, cx + i,
+                         nblocks, RN, RB);
+                } else {
+                    for (int64_t r = 0; r < N - n; r++)
+                        tile(out + b * N + n + r, N, wg + r * row_bytes, row_bytes, qx + b * K,
+                             dx + i, cx + i, nblocks, 1, RB);
+                }
+            }
+            for (; b < B; b++) {
+                const int64_t i = b * nblocks;
+                if (full) {
+                    tile(out + b * N + n, N, wg, row_bytes, qx + b * K, dx + i, cx + i,
+                         nblocks, RN, 1);
+                } else {
+                    for (int64_t r = 0; r < N - n; r++)
+                        tile(out + b * N + n + r, N, wg + r * row_bytes, row_bytes, qx + b * K,
+                             dx + i, cx + i, nblocks, 1, 1);
+                }
+            }
+        }
+    }
+    free(qx);
+    free(dx);
+    free(cx);
+}
