@@ -18,12 +18,13 @@ from torch.utils._python_dispatch import TorchDispatchMode
 # aten ops that only describe memory (no element is read or written)
 VIEWS = {"view", "_unsafe_view", "reshape", "transpose", "t", "slice", "select", "expand",
          "as_strided", "alias", "detach", "unsqueeze", "squeeze", "permute", "split",
-         "unbind", "narrow", "lift_fresh", "_reshape_alias"}
+         "unbind", "narrow", "lift_fresh", "_reshape_alias", "detach_",
+         "to"}  # aten.to reaching dispatch is the no-copy case; a copy is _to_copy
 ALLOCATIONS = {"empty", "empty_like", "empty_strided", "zeros", "new_empty", "new_zeros",
                "scalar_tensor", "full"}
 # ops that move elements without arithmetic on them
 MOVEMENT = {"copy_", "clone", "index_select", "cat", "fill_", "zero_", "_to_copy_same",
-            "contiguous", "index", "embedding"}
+            "contiguous", "index", "embedding", "lift_fresh_copy"}
 
 
 class _Recorder(TorchDispatchMode):
