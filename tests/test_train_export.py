@@ -174,3 +174,34 @@ def test_quality_both_backends_agree(trained: Trained, tmp_path: Path, strata_ho
     assert lc["n_tokens"] == pt["n_tokens"] == 2 * 31
     assert pt["ppl"] == pytest.approx(lc["ppl"], rel=1e-4)
     assert lc["ppl"] < trained.cfg.vocab, "no better than uniform: did it train?"
+
+
+@pytest.fixture(scope="module")
+def lab_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """One STRATA_HOME for the lab runs of this module: its kernels are verified once."""
+    from tests.seed_host import seed_host
+
+    home = tmp_path_factory.mktemp("lab-home")
+    seed_host(home)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("STRATA_HOME", str(home))
+        yield home
+
+
+def test_trained_gguf_runs_on_lab_kernels(trained: Trained, tmp_path: Path, lab_home: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """What strata trained, exported, runs on the lab's own inference kernels (-B lab) with
+    llama.cpp's logits: the loop from training to inference closes on strata's kernels."""
+    import strata.lab
+
+    path = export_gguf(trained.model, trained.cfg, trained.tok, tmp_path / "m.gguf")
+    want = llama_cpp_logits(path, trained.eval_ids)
+    model = strata.lab.load(path, "cpu", n_ctx=len(trained.eval_ids), threads=1)
+    with torch.inference_mode():
+        got = model.prefill(trained.eval_ids, logits_from=0).numpy()
+    err = float(np.abs(got - want).max())
+    with capsys.disabled():
+        print(f"\ntrained GGUF ({'tied' if trained.cfg.tied else 'untied'}) on -B lab: max "
+              f"|lab - llama.cpp| {err:.1e} (logit SD {want.std():.2f})")
+    assert want.std() > 0.5
+    assert err <= 1e-4 * float(np.abs(want).max())
