@@ -153,7 +153,16 @@ class LabBackend:
             token_ns.append(time.perf_counter_ns())
         return RunTrace(n_prompt=len(request.prompt_tokens), n_gen=request.n_gen,
                         t_start=t_start, t_prefill_end=t_prefill_end, token_ns=token_ns,
-                        notes=[GEN_INPUTS_NOTE])
+                        notes=[GEN_INPUTS_NOTE, *self._kernel_notes()])
+
+    def _kernel_notes(self) -> list[str]:
+        """A figure that includes torch standing in for a missing kernel says so."""
+        ops = self._info.get("ops", {})
+        fallback = sorted(op for op, d in ops.items() if d["outcome"] == "fallback")
+        if not fallback:
+            return []
+        return [f"lab: no verified kernel here for {', '.join(fallback)}: torch's op stood in "
+                "(strata kernels verify OP)"]
 
 
 def _capacity(tokens: int) -> int:
