@@ -94,6 +94,7 @@ SPEC = register(KernelSpec(
         "verify": [_shape(1, 1, 1, 0, 1, 4), _shape(4, 2, 1, 37, 45, 16),
                    _shape(2, 1, 5, 0, 9, 64), _shape(3, 3, 7, 12, 20, 8),
                    _shape(4, 1, 3, 30, 33, 20), _shape(6, 2, 9, 5, 17, 12),
+                   _shape(2, 1, 70, 3, 80, 8),  # query rows in more than one block
                    # enough work (> 2^20 multiply-adds) for the C kernels' thread team
                    _shape(8, 2, 5, 300, 311, 100)],
         "llm": _llm(),
