@@ -34,7 +34,11 @@ def run_fit(conn: sqlite3.Connection, ref: str, *, ctx: int | None, batch: int,
     roofline = Roofline.from_dict(stored) if stored else None
     history = EtaHistory.from_db(conn, fingerprint, backend,
                                  profile.cpu.last_level_cache_bytes())
-    return fit_model(model, profile, options, roofline, history, fingerprint)
+    report = fit_model(model, profile, options, roofline, history, fingerprint)
+    sections = options.rules.sections
+    if sections is not None:  # the backend's own part (lab: the kernel serving each op here)
+        report.sections = sections(model, conn, fingerprint, host.caps)
+    return report
 
 
 def print_fit(report: FitReport, json_out: bool, out: Console) -> None:
@@ -43,8 +47,12 @@ def print_fit(report: FitReport, json_out: bool, out: Console) -> None:
     if json_out:
         out.file.write(json.dumps(report.to_dict(), indent=2) + "\n")
         return
-    from strata.views.fit import fit_table, note_lines, prediction_lines
+    from strata.views.fit import fit_table, note_lines, prediction_lines, section_table
 
     out.print(fit_table(report))
     for line in [*prediction_lines(report), *note_lines(report)]:
         out.print(line, highlight=False)
+    for section in report.sections:
+        out.print(section_table(section))
+        for text in section.lines:
+            out.print(text, highlight=False)

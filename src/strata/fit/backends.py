@@ -37,6 +37,26 @@ RuntimeFor = Callable[[ResolvedModel, HostProfile, str, str | None], Runtime]
 QuantFor = Callable[[ResolvedModel, Runtime, str], QuantSpec]
 
 
+@dataclass
+class FitSection:
+    """A backend's own part of the fit answer, printed after the plan (lab: the kernel that
+    would serve each op of the model on one device): a table and lines; `data` for --json."""
+
+    title: str
+    columns: tuple[str, ...]
+    rows: list[tuple[str, ...]]
+    lines: list[str] = field(default_factory=list)
+    data: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"title": self.title, **self.data}
+
+
+# (model, results DB, host fingerprint, the kernel lab's HostCaps) -> sections; called by the
+# fit command, which holds the host (typed loosely: fit does not import the kernel lab)
+SectionsFor = Callable[[ResolvedModel, Any, str, Any], list[FitSection]]
+
+
 @dataclass(frozen=True)
 class BackendRules:
     name: str
@@ -46,6 +66,7 @@ class BackendRules:
     devices: dict[str, DeviceRules]  # device kind -> memory rules
     runtime: RuntimeFor
     quant: QuantFor
+    sections: SectionsFor | None = None  # what else the answer says for this backend
 
 
 @functools.cache

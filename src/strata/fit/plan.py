@@ -10,7 +10,14 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from strata.errors import InputError
-from strata.fit.backends import BACKENDS, DEVICE_KINDS, BackendRules, Runtime, backend_rules
+from strata.fit.backends import (
+    BACKENDS,
+    DEVICE_KINDS,
+    BackendRules,
+    FitSection,
+    Runtime,
+    backend_rules,
+)
 from strata.fit.memory import Shape, rules_text
 from strata.fit.predict import EtaHistory, Prediction, predict
 from strata.fit.verdict import (
@@ -72,6 +79,7 @@ class FitReport:
     rules: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     fingerprint: str | None = None
+    sections: list[FitSection] = field(default_factory=list)  # the backend's own (rules.sections)
 
     def row(self, device: str) -> DeviceFit:
         return next(r for r in self.rows if r.budget.device == device)
@@ -82,7 +90,7 @@ class FitReport:
                 "quantisations": [asdict(q) for q in self.quants],
                 "predictions": [p.to_dict() for p in self.predictions],
                 "prediction_absent": self.prediction_absent, "rules": self.rules,
-                "notes": self.notes}
+                "notes": self.notes, "sections": [s.to_dict() for s in self.sections]}
 
 
 def _model_summary(model: ResolvedModel, rt: Runtime) -> dict[str, Any]:

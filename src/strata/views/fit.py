@@ -6,6 +6,7 @@ from rich.table import Table
 from rich.text import Text
 
 from strata.fit import FITS, NO, PARTIAL, DeviceFit, Eta, FitReport, Prediction
+from strata.fit.backends import FitSection
 from strata.views.console import plain
 
 GiB, MiB = 2**30, 2**20
@@ -43,6 +44,16 @@ def fit_table(report: FitReport) -> Table:
                   size(m.buffers), size(m.overhead), size(m.total), size(row.budget.available),
                   Text(row.verdict_text, style=VERDICT_STYLE.get(row.verdict, "dim")),
                   "-" if ngl is None or row.verdict == NO else str(ngl), _max_ctx(row))
+    return t
+
+
+def section_table(section: FitSection) -> Table:
+    """A backend's own part of the answer (lab: op, kernel, why), every cell as data."""
+    t = Table(title=plain(section.title), title_justify="left")
+    for col in section.columns:
+        t.add_column(col)
+    for row in section.rows:
+        t.add_row(*(plain(cell) for cell in row))
     return t
 
 
