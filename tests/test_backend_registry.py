@@ -64,18 +64,21 @@ DESCRIPTOR = BackendDescriptor(
 
 def test_registry_reproduces_the_lists_it_replaced() -> None:
     # the literals that lived in backends/__init__, fit/backends, report/fit_table and
-    # quality/scorers before the descriptors: same names, same order, same values
+    # quality/scorers before the descriptors: same names, same order, same values — plus
+    # lab, which runs only when named (never part of auto/both)
     assert BACKENDS == {"llamacpp": "strata.backends.llamacpp:LlamaCppBackend",
                         "torch": "strata.backends.torch_backend:TorchBackend",
+                        "lab": "strata.backends.lab:LabBackend",
                         "openai": "strata.backends.openai:OpenAIBackend"}
     assert list(ACCEPTS.items()) == [("llamacpp", ("gguf",)), ("torch", ("hf", "gguf")),
-                                     ("openai", ("endpoint",))]
-    assert names(fit=True) == ("llamacpp", "torch")
-    assert list(fit_rules()) == ["llamacpp", "torch"]
+                                     ("lab", ("gguf",)), ("openai", ("endpoint",))]
+    assert names(fit=True) == ("llamacpp", "torch", "lab")
+    assert list(fit_rules()) == ["llamacpp", "torch", "lab"]
     assert backend_rules("llamacpp").layer_split and not backend_rules("torch").layer_split
     assert backend_choices() == {"auto": ("llamacpp", "torch"), "llamacpp": ("llamacpp",),
-                                 "torch": ("torch",), "both": ("llamacpp", "torch")}
-    with pytest.raises(InputError, match="fit plans for llamacpp, torch"):
+                                 "torch": ("torch",), "lab": ("lab",),
+                                 "both": ("llamacpp", "torch")}
+    with pytest.raises(InputError, match="fit plans for llamacpp, torch, lab"):
         backend_rules("openai")
 
 

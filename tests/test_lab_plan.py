@@ -111,12 +111,15 @@ def test_ops_follow_the_storage_types_of_the_matrices() -> None:
     assert ops_for(["Q8_0", "Q6_K", "BF16"]) == ([*LAYER_OPS, "linear_q8_0"], ["BF16", "Q6_K"])
 
 
-def test_the_plan_asks_for_the_ops_the_lab_loader_resolves() -> None:
-    """One rule: what fit plans is what `strata.lab.load` resolves for the same weights."""
+def test_the_loader_refuses_weights_no_op_reads() -> None:
+    """`strata.lab.load` resolves the plan's ops, and refuses (one line) what the plan
+    lists as unread."""
+    from strata.errors import InputError
     from strata.lab.kernels import needed_ops
 
-    for kinds in (["Q8_0"], ["F32", "F16"], ["Q4_0", "F32"]):
-        assert ops_for(kinds)[0] == needed_ops(kinds)
+    assert needed_ops(["Q8_0", "F32"]) == ops_for(["Q8_0", "F32"])[0]
+    with pytest.raises(InputError, match="no lab op multiplies Q6_K"):
+        needed_ops(["Q8_0", "Q6_K"])
 
 
 # -- a recorded GPU the vendor stack cannot drive ------------------------------------------------

@@ -18,23 +18,18 @@ from typing import Any
 import torch
 
 from strata.errors import InputError
-
-# GGML storage type of a 2-D weight -> the lab op that multiplies activations by it
-LINEAR_OPS = {"F32": "linear_f32", "F16": "linear_f16", "Q8_0": "linear_q8_0",
-              "Q4_0": "linear_q4_0"}
-# the ops every layer runs whatever the weights' types
-LAYER_OPS = ("rmsnorm", "rope", "attention_cached", "silu_mul")
+from strata.lab.plan import ops_for
 
 
 def needed_ops(matrix_kinds: Iterable[str]) -> list[str]:
-    """The lab ops a model whose 2-D weights have these storage types runs."""
-    kinds = sorted(set(matrix_kinds))
-    missing = [k for k in kinds if k not in LINEAR_OPS]
-    if missing:
-        raise InputError(f"-B lab: no lab op multiplies {', '.join(missing)} weights yet "
+    """The lab ops a model whose 2-D weights have these storage types runs (the table is
+    lab/plan.py's, which `strata fit -B lab` plans with)."""
+    ops, unread = ops_for(matrix_kinds)
+    if unread:
+        raise InputError(f"-B lab: no lab op multiplies {', '.join(unread)} weights yet "
                          "(strata fit MODEL -B lab lists what is missing); use --backend "
                          "llamacpp")
-    return [*LAYER_OPS, *(LINEAR_OPS[k] for k in kinds)]
+    return ops
 
 
 @dataclass

@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 import torch
 
 from strata.kernels.ops import _quant
-from strata.lab.kernels import LINEAR_OPS, Kernels
+from strata.lab.kernels import Kernels
+from strata.lab.plan import LINEAR_OPS
 from strata.lab.weights import TOKEN_EMBD, LabWeights, Stored
 
 UBATCH = 512
