@@ -95,8 +95,8 @@ SPEC = register(KernelSpec(
                    _shape(2, 1, 5, 0, 9, 64), _shape(3, 3, 7, 12, 20, 8),
                    _shape(4, 1, 3, 30, 33, 20), _shape(6, 2, 9, 5, 17, 12),
                    _shape(2, 1, 70, 3, 80, 8),  # query rows in more than one block
-                   # enough work (> 2^20 multiply-adds) for the C kernels' thread team
-                   _shape(8, 2, 5, 300, 311, 100)],
+                   # enough work (> 2^18 multiply-adds) for the C kernels' thread team
+                   _shape(4, 2, 4, 170, 180, 100)],
         "llm": _llm(),
         "figure": [_shape(32, 8, 1, 4095, 4096, 128), _shape(32, 8, 128, 384, 512, 128)],
     },

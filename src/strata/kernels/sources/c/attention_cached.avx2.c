@@ -20,7 +20,7 @@
 /* Below this many multiply-adds the kernel stays on one thread (a fork-join costs
    microseconds on a quiet machine, much more when the cores are shared). */
 #ifndef PAR_MIN_WORK
-#define PAR_MIN_WORK ((int64_t)1 << 20)
+#define PAR_MIN_WORK ((int64_t)1 << 18)
 #endif
 
 /* Vectorised expf: Cephes range reduction (two-constant Cody-Waite) + degree-6 polynomial.

@@ -25,7 +25,7 @@
 #include <string.h>
 
 #ifndef PAR_MIN_WORK  /* multiply-adds below which a fork-join costs more than it saves */
-#define PAR_MIN_WORK ((int64_t)1 << 20)
+#define PAR_MIN_WORK ((int64_t)1 << 18)
 #endif
 #define XT 64                      /* x rows per tile */
 #define X_TILE_FLOATS (64 * 1024)  /* x tile budget: 256 KiB of L2 */

@@ -61,7 +61,7 @@ def launch(out, x, w):
     if B == 0 or N == 0:
         return
     if B < 16:
-        BLOCK_N, BLOCK_K = 16, max(16, min(256, triton.next_power_of_2(K)))
+        BLOCK_N, BLOCK_K = 32, max(16, min(256, triton.next_power_of_2(K)))
         _gemv_kernel[(triton.cdiv(N, BLOCK_N), B)](out, x, w, N, K, BLOCK_N=BLOCK_N,
                                                     BLOCK_K=BLOCK_K, num_warps=4)
     else:
