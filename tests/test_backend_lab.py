@@ -163,7 +163,7 @@ def test_backend_reports_its_kernels_and_torch_glue(files: dict[str, Path]) -> N
     assert all(d["impl"].startswith("c.") and d["why"] for d in info["ops"].values())
     # A decode step's torch compute is the two residual adds per layer — and nothing else
     # (observed with a TorchDispatchMode: every op torch runs reaches it).
-    assert info["torch_compute_per_token"] == {"add": 2 * 2}
+    assert info["torch_compute_per_token"] == {"add_": 2 * 2}
     assert info["kv_dtype"] == "f32" and info["threads"] == 1
 
 

@@ -101,10 +101,12 @@ class LabBackend:
 
         m = self.model
         w = m.weights
-        m.reset(_capacity(2))
+        m.reset(_capacity(3))
+        token = int(self._allowed[0])
         with torch.inference_mode():
-            m.prefill([int(self._allowed[0])])
-            seen = torch_ops(lambda: m.decode(int(self._allowed[0])))  # one observed step
+            m.prefill([token])
+            m.decode(token)  # binds the decode step (its one-time contract checks)
+            seen = torch_ops(lambda: m.decode(token))  # one observed step
         kinds = sorted({t.kind for t in w.tensors.values() if len(t.shape) == 2})
         return {
             "torch": torch.__version__,

@@ -7,6 +7,7 @@ Heavy pieces (torch, compilers, the DB) load lazily.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -82,6 +83,28 @@ class Choice:
                                                           self.decision.device)
         self._kernel.bind(out, list(inputs), merged)()
         return out
+
+
+    def bound(self, out: Any, *inputs: Any, **params: Any) -> Callable[[], Any]:
+        """A call with everything prepared: the contract is checked now, the kernel loaded
+        and bound to these tensors, so each later call is just the kernel on whatever the
+        tensors then hold (a decode step reuses one set of buffers per token). The thunk
+        keeps the tensors alive; do not resize or replace them."""
+        from strata.kernels.contract import check_call
+
+        merged = self._params(params)
+        impl = self.decision.impl
+        check_call(self.spec, out, inputs, merged, impl.dtypes if impl else None,
+                   self.decision.device)
+        if impl is None:
+            vendor = self.spec.vendor()
+            return lambda: out.copy_(vendor(*inputs, **merged).reshape(out.shape))
+        if self._kernel is None:
+            from strata.kernels.dialects import get_dialect
+
+            self._kernel = get_dialect(impl.dialect).load(impl, self.spec,
+                                                          self.decision.device)
+        return self._kernel.bind(out, list(inputs), merged)
 
 
 def get(op: str, device: str = "cpu", db: Path | None = None) -> Choice:

@@ -1,11 +1,11 @@
 """Make sure the ops a caller is about to run have a verified kernel on a device.
 
 Dispatch only picks verified implementations; a model runner (`strata train --kernels lab`,
-`-B lab`) would otherwise fall back to torch on a fresh host. For each op with no passing
-verdict on the device, its built-ins that run there are verified — vectorised before naive,
-stopping at the first that passes. Sandboxed and cached per source hash, so this costs
-seconds once per host. Benchmarks are not run here (minutes): `strata kernels bench OP`
-lets dispatch choose by speed.
+`-B lab`) would otherwise fall back to torch on a fresh host. For each op, its built-ins that
+run there and have no verdict yet are verified — vectorised before naive, stopping at the
+first that passes (one that passed before counts as that first). Sandboxed and cached per
+source hash, so this costs seconds once per host. Benchmarks are not run here (minutes):
+`strata kernels bench OP` lets dispatch choose by speed.
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ def ensure_verified(conn: sqlite3.Connection, fingerprint: str, caps: HostCaps,
                     ops: Iterable[str], device: str, say: Callable[[str], None],
                     why: str = "", timeout_s: float = 300.0, jobs: int = 2) -> None:
     """Verify, per op lacking a pass on `device`, its runnable built-ins until one passes."""
-    queues = {op: candidates(conn, caps, op, device) for op in ops}
-    queues = {op: q for op, q in queues.items()
-              if q and not _has_pass(conn, fingerprint, q, device)}
+    queues = {op: _pending(conn, fingerprint, candidates(conn, caps, op, device), device)
+              for op in ops}
+    queues = {op: q for op, q in queues.items() if q}
     ctx = VerifyContext(conn, fingerprint, caps, SandboxPolicy(timeout_s=timeout_s),
                         force=False, progress=say)
     while queues:
@@ -46,11 +46,17 @@ def candidates(conn: sqlite3.Connection, caps: HostCaps, op: str,
     return sorted(runnable, key=lambda i: i.name.endswith(".naive"))
 
 
-def _has_pass(conn: sqlite3.Connection, fingerprint: str, impls: list[Implementation],
-              device: str) -> bool:
+def _pending(conn: sqlite3.Connection, fingerprint: str, impls: list[Implementation],
+             device: str) -> list[Implementation]:
+    """The candidates preferred to the first that passed (all, if none did) that have no
+    verdict yet: a vectorised built-in that arrived after its naive twin passed still gets
+    its turn, and one that failed is not retried (its source hash has a verdict)."""
+    pending = []
     for impl in impls:
         got = latest_verification(conn, fingerprint, impl.op, impl.name,
                                   impl.content_hash(), device)
         if got is not None and got.status == "pass":
-            return True
-    return False
+            break
+        if got is None:
+            pending.append(impl)
+    return pending

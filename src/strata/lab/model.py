@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -66,6 +67,7 @@ class LabModel:
     rope: Rope | None = None
     pos: int = 0
     _pos_t: torch.Tensor = field(default_factory=lambda: torch.zeros(1, dtype=torch.int64))
+    _step: Any = None  # lab.decode.DecodeStep, built on the first decode after a new cache
 
     # -- the cache ------------------------------------------------------------------------
 
@@ -79,8 +81,9 @@ class LabModel:
                                [torch.zeros(shape, device=self.device)
                                 for _ in range(s.n_layers)], capacity)
             self.rope = Rope.build(self.weights, capacity, self.device)
+            self._pos_t = torch.zeros(1, dtype=torch.int64, device=self.device)
+            self._step = None  # bound to the old cache
         self.pos = 0
-        self._pos_t = torch.zeros(1, dtype=torch.int64, device=self.device)
 
     # -- the public steps -------------------------------------------------------------------
 
@@ -101,8 +104,17 @@ class LabModel:
         return torch.cat(outs) if outs else torch.empty(0, self.vocab, device=self.device)
 
     def decode(self, token: int) -> torch.Tensor:
-        """One token after the cache: its logits [1, vocab]."""
-        return self._forward([token], 0)
+        """One token after the cache: its logits [1, vocab] (every kernel call bound once
+        per cache: lab/decode.py)."""
+        from strata.lab.decode import DecodeStep
+
+        assert self.cache is not None, "reset() first"
+        if self.pos + 1 > self.cache.capacity:
+            raise ValueError(f"{self.pos + 1} positions exceed the cache's "
+                             f"{self.cache.capacity}")
+        if self._step is None:
+            self._step = DecodeStep.build(self)
+        return self._step(token)
 
     @property
     def vocab(self) -> int:
