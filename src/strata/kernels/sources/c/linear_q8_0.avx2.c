@@ -30,6 +30,7 @@
 #define RN 3              /* weight rows per tile */
 #define RB 4              /* rows of x per tile (B > 1) */
 #define CHUNK_GROUPS 8    /* weight-row groups per scheduling chunk */
+#define PREFETCH_BLOCKS 16 /* software prefetch distance along a weight row (544 bytes) */
 
 static inline float hsum(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -90,6 +91,8 @@ static inline __attribute__((always_inline)) void tile(float *out, int64_t ldo,
         }
         for (int r = 0; r < nr; r++) {
             const uint8_t *p = w + r * row_bytes + blk * BLOCK_BYTES;
+            if (nb == 1)  /* streaming from memory (decode): ask for the rows' next lines */
+                _mm_prefetch((const char *)(p + PREFETCH_BLOCKS * BLOCK_BYTES), _MM_HINT_T0);
             const __m256i wq = _mm256_loadu_si256((const __m256i *)(p + 2));
             const __m256i aw = _mm256_sign_epi8(wq, wq);
             const __m256 wd = half_at(p);
