@@ -10,8 +10,13 @@ names its value "P".
 The verifier fills the unused rows (P+T..C-1) with NaN (even seeds) or with large values
 (odd seeds): a kernel that reads past P+t, or ignores pos, is wrong by far.
 
-Tolerance (float32: atol 1e-5·max(1, rms), rtol 1e-4, as attention): float32 dot products,
-exp and sums in a different order than the float64 oracle.
+Tolerance (float32: atol 5e-5·max(1, rms), rtol 1e-4): float32 dot products, exp and sums
+in another order than the float64 oracle. The error grows with the number of keys and with
+the size of the scores (each exp(s - max) carries a relative error of about 2⁻²⁴·|s|): at
+the llm shapes (up to 4096 keys, D = 128) with heavy-tailed inputs torch's own float32 SDPA,
+the vendor path, is off the oracle by up to 2.1e-5·rms (the AVX2 kernel by 6e-6), beyond
+attention's 1e-5. A mask or position error (pos ignored, a row too many, not causal) is off
+by O(rms).
 """
 
 import math
@@ -100,6 +105,6 @@ SPEC = register(KernelSpec(
         "llm": _llm(),
         "figure": [_shape(32, 8, 1, 4095, 4096, 128), _shape(32, 8, 128, 384, 512, 128)],
     },
-    tolerances={"float32": Tolerance(1e-5, 1e-4), "bfloat16": Tolerance(2e-2, 2e-2),
+    tolerances={"float32": Tolerance(5e-5, 1e-4), "bfloat16": Tolerance(2e-2, 2e-2),
                 "float16": Tolerance(2e-3, 2e-3)},
 ))
