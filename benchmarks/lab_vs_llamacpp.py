@@ -1,0 +1,117 @@
+"""`-B lab` against llama.cpp on the same GGUF, same threads, side by side in one run.
+
+Prints:
+  1. for each model (default: synthetic smollm2-135m at q8_0 and q4_0, both larger than a
+     typical last-level cache), decode t/s (tg) and prefill t/s (pp) of lab and llama.cpp,
+     their ratios, and η of each against this host's roofline — from one `strata bench` run
+     with both backends (the usual repetitions, busy-host monitor and explanation);
+  2. per op, the share of a lab decode step's wall time (the profile: each op timed around
+     its call) and the glue left over (torch views, copies, residual adds, Python), so the
+     next kernel to write is obvious.
+
+Usage:  .venv/bin/python benchmarks/lab_vs_llamacpp.py [--models M1,M2] [-t THREADS]
+        [-p 64] [-n 32] [--profile-tokens 16]
+Uses a temporary STRATA_HOME (kernels verified there first, roofline measured there once),
+never the user's DB. `strata kernels bench linear_q8_0` etc. there would let dispatch choose
+by speed; this script keeps dispatch's verified-first choice and prints it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+MODELS = "synthetic:smollm2-135m@q8_0,synthetic:smollm2-135m@q4_0"
+
+
+def strata(*args: str, home: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "STRATA_HOME": str(home), "COLUMNS": "200"}
+    return subprocess.run([sys.executable, "-m", "strata.cli", *args], capture_output=True,
+                          text=True, env=env)
+
+
+def bench(model: str, threads: int, p: int, n: int, home: Path) -> list[dict]:
+    r = strata("bench", model, "-B", "llamacpp,lab", "-p", str(p), "-n", str(n), "-t",
+               str(threads), "--format", "json", home=home)
+    if r.returncode != 0:
+        sys.exit(f"strata bench failed: {r.stderr.strip()[-400:]}")
+    return json.loads(r.stdout)
+
+
+def side_by_side(model: str, rows: list[dict]) -> None:
+    by = {(r["backend"], "tg" if r["n_gen"] else "pp"): r for r in rows}
+    print(f"\n{model}")
+    print(f"  {'test':<6}{'llama.cpp t/s':>15}{'lab t/s':>11}{'lab/llama.cpp':>15}"
+          f"{'η llama.cpp':>13}{'η lab':>8}")
+    for test in ("pp", "tg"):
+        lc, lab = by.get(("llamacpp", test)), by.get(("lab", test))
+        if not (lc and lab):
+            continue
+        ratio = lab["avg_ts"] / lc["avg_ts"]
+        print(f"  {test:<6}{lc['avg_ts']:>15.2f}{lab['avg_ts']:>11.2f}{ratio:>15.2f}"
+              f"{_eta(lc):>13}{_eta(lab):>8}")
+    busy = [r.get("notes") for r in rows if "busy" in json.dumps(r.get("notes", ""))]
+    if busy:
+        print("  note: the host was busy during some tests (see strata bench's notes)")
+
+
+def _eta(row: dict) -> str:
+    return f"{row['eta']:.2f}" if row.get("eta") is not None else "-"
+
+
+def profile(model: str, threads: int, tokens: int, home: Path) -> None:
+    os.environ["STRATA_HOME"] = str(home)
+    import torch
+
+    import strata.lab
+    from strata.models.source import resolve
+
+    path = resolve(model).path("gguf", "lab")
+    m = strata.lab.load(path, "cpu", n_ctx=tokens + 8, threads=threads)
+    with torch.inference_mode():
+        m.prefill([1, 2, 3, 4])
+        m.decode(5)  # warm
+        m.kernels.profile = True
+        t0 = time.perf_counter()
+        for i in range(tokens):
+            m.decode(6 + i)
+        wall = time.perf_counter() - t0
+    served = m.kernels.served()
+    print(f"\nprofile of a decode step, {model}, {threads} thread(s), {tokens} tokens: "
+          f"{wall / tokens * 1e3:.2f} ms/token")
+    print(f"  {'op':<18}{'impl':<12}{'ms/token':>10}{'share':>8}")
+    for op, s in m.kernels.seconds.most_common():
+        print(f"  {op:<18}{served[op]['impl'] or '-':<12}{s / tokens * 1e3:>10.3f}"
+              f"{s / wall:>8.1%}")
+    glue = wall - sum(m.kernels.seconds.values())
+    print(f"  {'glue (torch+py)':<18}{'':<12}{glue / tokens * 1e3:>10.3f}{glue / wall:>8.1%}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--models", default=MODELS)
+    ap.add_argument("-t", "--threads", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("-p", type=int, default=64)
+    ap.add_argument("-n", type=int, default=32)
+    ap.add_argument("--profile-tokens", type=int, default=16)
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory(prefix="strata-labbench-") as tmp:
+        home = Path(tmp)
+        print(f"host: {os.cpu_count()} CPUs; threads {args.threads}; STRATA_HOME {home}")
+        for model in args.models.split(","):
+            side_by_side(model, bench(model, args.threads, args.p, args.n, home))
+        for model in args.models.split(","):
+            profile(model, args.threads, args.profile_tokens, home)
+
+
+if __name__ == "__main__":
+    main()
