@@ -12,6 +12,7 @@ export PYTHONPATH="$PWD/src:$PWD" PYTHONUNBUFFERED=1 STRATA_HOME="$OUT/home"
 [ -d .device-wheels ] && python3 -m pip install --no-index --no-deps -q .device-wheels/*.whl
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$OUT/gpu.txt" 2>&1
 python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_kernels_gpu.py tests/test_devices.py \
+    tests/test_lab_gpu.py \
     -s > "$OUT/gpu_tests.txt" 2>&1
 # The confined GPU worker (Landlock allows the toolchain, seccomp keeps exec): its level and
 # any sandbox_violation of a built-in kernel show here.
@@ -25,4 +26,8 @@ $S verify -o json > "$OUT/verify.json" 2> "$OUT/verify.err"
   done
   $S bench matvec_q8_0 --shapes figure --no-compile -o md
 } > "$OUT/bench.md" 2> "$OUT/bench.err"
-tail -5 "$OUT/gpu_tests.txt"; cat "$OUT/bench.md"
+# -B lab on the GPU's Triton kernels against torch eager on the same model (no CUDA llama.cpp
+# build there): decode and prefill t/s side by side
+python3 -m strata.cli bench synthetic:llama-3.2-1b@q8_0 -B lab,torch --device cuda -p 512 -n 64 \
+    -r 3 -o md > "$OUT/lab_bench.md" 2> "$OUT/lab_bench.err"
+tail -5 "$OUT/gpu_tests.txt"; cat "$OUT/bench.md" "$OUT/lab_bench.md"
