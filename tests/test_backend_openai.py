@@ -347,9 +347,17 @@ def test_early_stop_is_reported_never_padded(tiny_spec_model: ResolvedModel) -> 
     assert any("stopped after 2 of 8" in n for n in trace.notes)
 
 
-def test_unknown_server_without_tokenizer_is_unsupported() -> None:
-    with fake_server(StopsEarly) as url, pytest.raises(InputError, match="unsupported"):
-        OpenAIBackend().load(endpoint_model(url), LoadConfig())
+def test_unknown_server_without_tokenizer_is_calibrated() -> None:
+    """No tokenize route: prompts are calibrated against the server's usage (the standard
+    routes' own tests are in test_openai_standard.py); loading probes nothing yet."""
+    with fake_server(StopsEarly) as url:
+        b = OpenAIBackend()
+        b.load(endpoint_model(url), LoadConfig())
+        info = b.info()
+        b.close()
+    assert info["server"] == "unknown" and info["server_tokenizer"] is False
+    assert info["prompt_tokens_from"].startswith("calibrated on the server's usage")
+    assert info["generated_tokens_from"].startswith("one token per streamed delta")
 
 
 def test_depth_without_a_known_prompt_cache_is_refused(

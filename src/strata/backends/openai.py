@@ -5,14 +5,24 @@ prompt is exactly the text of our tokens, with no chat template around it. Timin
 client's wall clock: t_start right before the request is sent, then the arrival of every
 streamed chunk. Token counts come from the server's `usage` when it sends one.
 
-Prompt text. A server takes text, not ids, so random prompts need a tokenizer:
+Prompt text. A server takes text, not ids, so random prompts need a tokenizer; the first
+of these that applies is used (openai_text.py has one class each):
   - a synthetic model (the ResolvedModel carries its spec, source "synthetic"): every
     text id is one character, so `text_for_tokens` gives exactly N tokens, and biasing every
     non-text id (unk, BOS, EOS, byte tokens) to -100 makes every generated token one
     character, so chunk token counts are exact;
-  - any other model: the server's own tokenizer endpoints (llama.cpp's /tokenize and
-    /detokenize, llama-cpp-python's /extras/tokenize and /extras/detokenize) turn random
-    words into a prompt of exactly N tokens; without them the backend refuses, saying why.
+  - the server's own tokenizer endpoints (llama.cpp's /tokenize and /detokenize,
+    llama-cpp-python's /extras/tokenize and /extras/detokenize): random words cut to a
+    prompt of exactly N tokens;
+  - a server with only the standard routes (/v1/models, /v1/completions: Ollama, LM Studio,
+    hosted APIs) serving a model whose GGUF is here (`ollama:NAME`): that GGUF's tokenizer
+    cuts the words, plus the tokens the server adds to every prompt (measured);
+  - nothing known: prompts built to N by a fit of the server's usage.prompt_tokens over a
+    few untimed probe requests, corrected by every reply, and each prompt's figures taken
+    from the server's own count.
+Generated tokens are counted from the streamed text (synthetic) or one per streamed delta,
+checked against usage.completion_tokens. Every result says which (info prompt_tokens_from,
+generated_tokens_from, and a note).
 
 Depth (@d<D>) must be prefilled outside the timed region. Over HTTP that is only possible
 with a server-side prompt cache: an untimed request with the depth prefix, then the timed
@@ -26,9 +36,9 @@ from __future__ import annotations
 
 import json
 import random
-import string
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from strata.backends.base import BackendUnavailable, LoadConfig, RunRequest, RunTrace
@@ -43,10 +53,8 @@ except ImportError as _exc:
 from strata.backends.openai_protocol import (
     CONNECT_TIMEOUT_S,
     DEFAULT_READ_TIMEOUT_S,
-    EOS_BIAS,
     Server,
     _ErrorMap,
-    _field,
     _int,
     _json_object,
     _one_line,
@@ -55,149 +63,15 @@ from strata.backends.openai_protocol import (
     _server_message_of,
     _sse_payloads,
     _Stream,
-    _token_ids,
 )
-
-# -- server description ---------------------------------------------------------------------
-
-
-# -- tokens <-> text ------------------------------------------------------------------------
-
-
-class PromptText:
-    """Turns token ids into prompt text and counts the tokens in streamed text."""
-
-    kind = ""
-    bos: int | None = None
-    eos: int | None = None
-
-    def random_ids(self, n: int, seed: int) -> list[int]:
-        raise NotImplementedError
-
-    def text(self, ids: list[int]) -> str:
-        raise NotImplementedError
-
-    def count(self, text: str) -> int | None:
-        """Tokens in a streamed chunk's text; None when the text alone cannot say."""
-        return None
-
-    def logit_bias(self) -> dict[str, float]:
-        return {str(self.eos): EOS_BIAS} if self.eos is not None else {}
-
-
-class SyntheticText(PromptText):
-    """The synthetic vocabulary: one character per text token, nothing else in text."""
-
-    kind = "synthetic vocabulary (one character per token)"
-
-    def __init__(self, vocab: int) -> None:
-        from strata.models import synthetic
-
-        self._syn = synthetic
-        self.vocab = vocab
-        self.bos, self.eos = synthetic.BOS_ID, synthetic.EOS_ID
-
-    def random_ids(self, n: int, seed: int) -> list[int]:
-        rng = random.Random(seed)
-        return [rng.randrange(self._syn.FIRST_TEXT_ID, self.vocab) for _ in range(n)]
-
-    def text(self, ids: list[int]) -> str:
-        try:
-            return self._syn.text_for_tokens(ids)
-        except ValueError as exc:
-            raise InputError(f"openai: {exc}") from exc
-
-    def count(self, text: str) -> int | None:
-        try:
-            return len(self._syn.tokens_for_text(text))
-        except ValueError:
-            return None
-
-    def logit_bias(self) -> dict[str, float]:
-        # Every id that is not one plain character: EOS (never stop early) and unk, BOS and
-        # the byte tokens (their text is not one character each, which would break counts).
-        return {str(i): EOS_BIAS for i in range(self._syn.FIRST_TEXT_ID)}
-
-
-class ServerText(PromptText):
-    """The server's tokenizer: random words, cut where the server counts exactly N tokens."""
-
-    kind = "server tokenizer (random words cut to exactly N tokens by the server)"
-
-    def __init__(self, client: httpx.Client, server: Server) -> None:
-        self._client, self._server = client, server
-        self._texts: dict[tuple[int, ...], str] = {}
-        with_special = self._tokenize("", special=True)
-        self.bos = with_special[0] if with_special else None
-
-    def _post(self, path: str, body: dict[str, Any], key: str) -> Any:
-        """POST to a tokenizer route and return field `key` of its JSON reply."""
-        url = self._server.root + path
-        resp = self._client.post(url, json=body)
-        if resp.status_code >= 400:
-            raise StrataError(f"{url}: HTTP {resp.status_code}: {_server_message(resp)}")
-        return _field(url, _json_object(url, resp), key)
-
-    def _tokenize(self, text: str, special: bool = False) -> list[int]:
-        if self._server.flavour == "llama.cpp":
-            path, body = "/tokenize", {"content": text, "add_special": special}
-        else:
-            path, body = "/extras/tokenize", {"input": text, "model": self._server.model}
-        ids = _token_ids(self._server.root + path, self._post(path, body, "tokens"))
-        # llama-cpp-python always adds BOS: strip it when not wanted
-        if self._server.flavour != "llama.cpp" and not special and ids and ids[0] == self.bos:
-            ids = ids[1:]
-        return ids
-
-    def _detokenize(self, ids: list[int]) -> str:
-        if self._server.flavour == "llama.cpp":
-            return str(self._post("/detokenize", {"tokens": ids}, "content"))
-        body = {"tokens": ids, "model": self._server.model}
-        return str(self._post("/extras/detokenize", body, "text"))
-
-    def random_ids(self, n: int, seed: int) -> list[int]:
-        if n == 0:
-            return []
-        for attempt in range(4):
-            rng = random.Random(seed * 16 + attempt)
-            # n + 8 words: at least n + 8 tokens, since every word is at least one token
-            fitted = self._fit(" ".join(_word(rng) for _ in range(n + 8)), n)
-            if fitted is not None:
-                ids, text = fitted
-                self._texts[tuple(ids)] = text  # run() sends exactly this text
-                return ids
-        raise StrataError(f"{self._server.root}: could not build a prompt of exactly {n} "
-                          "tokens with the server's tokenizer")
-
-    def _fit(self, text: str, n: int) -> tuple[list[int], str] | None:
-        """The shortest prefix of `text` that the server tokenizes into exactly n tokens.
-
-        Cutting text (not ids) never splits a character, whatever the vocabulary; the token
-        count grows with the prefix length, so a binary search finds the cut.
-        """
-        lo, hi = 0, len(text)
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            if len(self._tokenize(text[:mid])) >= n:
-                hi = mid
-            else:
-                lo = mid
-        for cut in range(hi, min(hi + 4, len(text)) + 1):  # counts can wobble at merges
-            ids = self._tokenize(text[:cut])
-            if len(ids) == n:
-                return ids, text[:cut]
-        return None
-
-    def text(self, ids: list[int]) -> str:
-        return self._texts.get(tuple(ids)) or self._detokenize(ids)
-
-
-def _word(rng: random.Random) -> str:
-    return "".join(rng.choices(string.ascii_lowercase, k=rng.randint(2, 8)))
-
-
-# -- one streamed request -------------------------------------------------------------------
-
+from strata.backends.openai_text import (
+    CalibratedText,
+    GgufVocab,
+    LocalText,
+    PromptText,
+    ServerText,
+    SyntheticText,
+)
 
 # -- the backend ----------------------------------------------------------------------------
 
@@ -210,6 +84,8 @@ class OpenAIBackend:
         self._client: httpx.Client | None = None
         self._server: Server | None = None
         self._text: PromptText | None = None
+        self._text_notes: list[str] = []  # how the prompt text came to be what it is
+        self._rng = random.Random(0)  # tg prompts for servers that refuse an empty one
 
     # -- load / close ------------------------------------------------------------------
     def load(self, model: ResolvedModel, config: LoadConfig) -> None:
@@ -241,11 +117,14 @@ class OpenAIBackend:
         return Server(endpoint, root, str(name), flavour, tokenizer)
 
     def _probe_flavour(self, root: str) -> tuple[str, bool]:
-        """llama.cpp's server has /props and /tokenize; llama-cpp-python /extras/tokenize."""
+        """llama.cpp's server has /props and /tokenize; llama-cpp-python /extras/tokenize;
+        Ollama /api/version. Anything else is "unknown" (the standard routes only)."""
         if self._ok("GET", root + "/props"):
             return "llama.cpp", self._ok("POST", root + "/tokenize", {"content": "a"})
         if self._ok("POST", root + "/extras/tokenize", {"input": "a"}):
             return "llama-cpp-python", True
+        if self._ok("GET", root + "/api/version"):
+            return "ollama", False
         return "unknown", False
 
     def _prompt_text(self, model: ResolvedModel) -> PromptText:
@@ -255,14 +134,56 @@ class OpenAIBackend:
             return SyntheticText(spec.vocab)
         if self._server.tokenizer:
             return ServerText(self._client, self._server)
-        raise InputError(f"endpoint {self._server.endpoint}: random prompts of exact length "
-                         "need the server's tokenizer (/tokenize, /detokenize) and this "
-                         f"server ({self._server.flavour}) has none: unsupported")
+        gguf = model.artefacts.get("gguf")
+        if isinstance(gguf, Path):  # the served model's file is here (ollama:NAME)
+            try:
+                vocab = GgufVocab(gguf)
+            except Exception as exc:  # llama-cpp-python missing, or the vocabulary unreadable
+                self._text_notes.append(f"the local tokenizer of {model.ref} could not be "
+                                        f"read ({_one_line(str(exc), 120)}): prompts are "
+                                        "calibrated against the server's counts instead")
+            else:
+                return LocalText(self._count_prompt, vocab, f"the GGUF of {model.ref}")
+        return CalibratedText(self._count_prompt)
+
+    def _count_prompt(self, text: str) -> int:
+        """usage.prompt_tokens of `text`: an untimed, non-streamed request for one token.
+        The probes' texts are never a timed prompt's, so no cache can help a timed one."""
+        server = self._server
+        assert server is not None and self._client is not None
+        url = server.endpoint + "/completions"
+        body = {"model": server.model, "prompt": text, "max_tokens": 1, "temperature": 0.0,
+                "stream": False}
+        with self._errors(url, 0):
+            resp = self._client.post(url, json=body)
+            self._raise_for_status(url, resp)
+            data = _json_object(url, resp)
+        usage = data.get("usage")
+        n = _int(usage.get("prompt_tokens")) if isinstance(usage, dict) else None
+        if n is None:
+            raise InputError(f"{url}: the reply has no usage.prompt_tokens and the server has "
+                             "no tokenize route, so prompts of N tokens cannot be built "
+                             "(-p none runs; or serve the model with llama.cpp's server)")
+        return n
+
+    def _ready_text(self) -> PromptText:
+        """The prompt text, calibrated on first use (untimed probe requests). A local
+        tokenizer that the server's counts contradict gives way to calibration."""
+        text = self._need_text()
+        if isinstance(text, LocalText) and text.overhead is None and not text.calibrate():
+            self._text_notes.append(f"{text.disagreement}: prompts are calibrated against "
+                                    "the server's counts instead")
+            text.close()
+            text = self._text = CalibratedText(self._count_prompt)
+        return text
 
     def close(self) -> None:
+        if self._text is not None:
+            self._text.close()
         if self._client is not None:
             self._client.close()
         self._client = self._server = self._text = None
+        self._text_notes = []
 
     # -- small HTTP helpers ---------------------------------------------------------------
     def _ok(self, method: str, url: str, body: dict[str, Any] | None = None) -> bool:
@@ -293,7 +214,7 @@ class OpenAIBackend:
 
     # -- vocabulary ------------------------------------------------------------------------
     def random_tokens(self, n: int, seed: int) -> list[int]:
-        return self._need_text().random_ids(n, seed)
+        return self._ready_text().random_ids(n, seed)
 
     def bos(self) -> int | None:
         return self._need_text().bos
@@ -307,7 +228,12 @@ class OpenAIBackend:
     def run(self, request: RunRequest) -> RunTrace:
         text, server = self._need_text(), self._server
         assert server is not None
-        notes: list[str] = []
+        notes: list[str] = list(self._text_notes)
+        if request.depth_tokens and text.server_counted:
+            raise InputError(f"endpoint {server.endpoint}: @d<D> needs a depth prefix of "
+                             "exactly D tokens, which needs a tokenizer: this server has no "
+                             "tokenize route and prompts are counted by its usage; "
+                             "unsupported")
         depth_text = self._text_of(request.depth_tokens, strip_bos=True)
         prompt_text = self._text_of(request.prompt_tokens, strip_bos=not request.depth_tokens)
         if request.depth_tokens:
@@ -315,14 +241,46 @@ class OpenAIBackend:
         elif server.flavour == "llama-cpp-python" and request.prompt_tokens:
             notes.append("llama-cpp-python reuses the KV of the prefix shared with its previous "
                          "prompt: the shared BOS is not re-evaluated (N-1 prompt tokens are)")
+        if not depth_text and not prompt_text:
+            prompt_text = text.empty_prompt(self._rng)
         body = self._body(depth_text + prompt_text, max(1, request.n_gen), bool(depth_text))
         url = server.endpoint + "/completions"
         t_start = time.perf_counter_ns()
         stream = self._stream(url, body)
-        trace = self._trace(request, t_start, stream, notes)
+        trace = self._trace(request, t_start, stream, text, notes)
+        if text.server_counted:
+            self._server_counted(request, trace, text, notes)
         self._note_eos(request, stream, text, notes)
+        self._note_how_counted(request, text, notes)
         trace.notes = notes
         return trace
+
+    def _server_counted(self, request: RunRequest, trace: RunTrace, text: PromptText,
+                        notes: list[str]) -> None:
+        """A prompt the client cannot count: its length is what the server counted."""
+        reported = trace.n_prompt_reported
+        if not request.prompt_tokens:
+            if reported is not None:
+                notes.append(f"tg: the request carries a one-word prompt ({reported} tokens by "
+                             "the server's count: an empty prompt is no request to some "
+                             "servers); the first token includes its prefill")
+            return
+        if reported is None:
+            notes.append(f"the server sent no usage: the {trace.n_prompt}-token prompt's "
+                         "length is the calibrated estimate, unchecked")
+            return
+        text.observed(request.prompt_tokens, reported)
+        if reported != trace.n_prompt:
+            notes.append(f"the server counted {reported} prompt tokens in a prompt built to "
+                         f"{trace.n_prompt}: the figures use {reported}")
+            trace.n_prompt = reported
+
+    def _note_how_counted(self, request: RunRequest, text: PromptText,
+                          notes: list[str]) -> None:
+        if request.prompt_tokens or request.depth_tokens:
+            notes.append(f"prompt tokens: {text.kind}")
+        if request.n_gen:
+            notes.append(f"generated tokens: {text.generated}")
 
     def prompt_text(self, tokens: tuple[int, ...] | list[int]) -> str:
         """The text sent for these prompt tokens (a leading BOS is left to the server)."""
@@ -430,13 +388,13 @@ class OpenAIBackend:
             out.textless += 1
             return 1
         n = count(piece)
-        if n is None:
-            out.uncountable += 1
+        if n is None:  # one token per delta, unless the text should have said
+            out.uncountable += 1 if self._text is not None and self._text.counts_text else 0
             n = 1
         return n
 
     # -- trace -------------------------------------------------------------------------------
-    def _trace(self, request: RunRequest, t_start: int, stream: _Stream,
+    def _trace(self, request: RunRequest, t_start: int, stream: _Stream, text: PromptText,
                notes: list[str]) -> RunTrace:
         n_depth = len(request.depth_tokens)
         trace = RunTrace(n_prompt=len(request.prompt_tokens), n_gen=request.n_gen,
@@ -460,8 +418,23 @@ class OpenAIBackend:
         if stream.timings:
             trace.internal = {f"server_{k}": float(v) for k, v in stream.timings.items()
                               if isinstance(v, (int, float))}
+        if not text.counts_text and stream.finish_reason != "stop":
+            self._spread_reported(trace, notes)
         self._note_counts(trace, stream, notes)
         return trace
+
+    @staticmethod
+    def _spread_reported(trace: RunTrace, notes: list[str]) -> None:
+        """Counted per delta, but usage says more tokens came: some deltas carried several.
+        The total is the server's; spread evenly over the deltas (earliest first). Not after
+        a stop, whose EOS some servers count in usage without streaming it."""
+        deltas, reported = len(trace.chunk_tokens), trace.n_gen_reported
+        if not trace.n_gen or not deltas or reported is None or reported <= deltas:
+            return
+        each, extra = divmod(reported, deltas)
+        trace.chunk_tokens = [each + (i < extra) for i in range(deltas)]
+        notes.append(f"usage counts {reported} generated tokens in {deltas} streamed deltas: "
+                     "the server's total is used, spread evenly over the deltas")
 
     def _note_counts(self, trace: RunTrace, stream: _Stream, notes: list[str]) -> None:
         if stream.uncountable:
@@ -475,7 +448,7 @@ class OpenAIBackend:
                          "observable")
         got = sum(trace.chunk_tokens)
         if trace.n_gen and trace.n_gen_reported is not None and trace.n_gen_reported != got:
-            notes.append(f"streamed text counts {got} tokens, usage says "
+            notes.append(f"the stream counts {got} tokens, usage says "
                          f"{trace.n_gen_reported}")
 
     def _note_eos(self, request: RunRequest, stream: _Stream, text: PromptText,
@@ -501,7 +474,10 @@ class OpenAIBackend:
                        server_tokenizer=s.tokenizer, prompt_cache=s.prompt_cache)
         if self._text is not None:
             out["prompt_tokens_from"] = self._text.kind
+            out["generated_tokens_from"] = self._text.generated
             out["logit_bias_ids"] = len(self._text.logit_bias())
+            if self._text.describe():
+                out["prompt_calibration"] = self._text.describe()
         return out
 
 

@@ -30,7 +30,7 @@ class Server:
     endpoint: str  # base URL ending /v1
     root: str  # endpoint without /v1 (where llama.cpp's extra endpoints live)
     model: str
-    flavour: str  # "llama.cpp", "llama-cpp-python" or "unknown"
+    flavour: str  # "llama.cpp", "llama-cpp-python", "ollama" or "unknown"
     tokenizer: bool  # tokenize/detokenize endpoints available
 
     @property

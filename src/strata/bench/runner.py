@@ -273,7 +273,8 @@ def _spec(model: ResolvedModel, backend: str) -> Any:
 
 def _incompatible(model: ResolvedModel, backend: str) -> str | None:
     accepts = ACCEPTS.get(backend, ())
-    have = ("endpoint",) if model.kind == "endpoint" else tuple(model.artefacts)
+    # a model a server runs (an endpoint, ollama:NAME) is an endpoint besides its files
+    have = tuple(model.artefacts) + (("endpoint",) if model.endpoint else ())
     if not set(accepts) & set(have):
         return (f"the {backend} backend needs a {' or '.join(accepts)} model; "
                 f"{model.ref} is a {model.kind} model")

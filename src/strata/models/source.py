@@ -4,6 +4,8 @@
   path/to/model.gguf             a GGUF file
   path/to/hf-dir/                a Hugging Face directory (config.json + *.safetensors)
   http://host:port[/v1]          an OpenAI-compatible endpoint (with --model-name)
+  ollama:NAME[:TAG]              a model pulled with Ollama: its GGUF blob, and the running
+                                 Ollama server as its endpoint
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ class ResolvedModel:
     ref: str  # what the user typed
     kind: str  # "synthetic", "gguf", "hf", "endpoint"
     spec: ModelSpec | None  # None for an endpoint (no weights to read)
-    endpoint: str | None = None
+    endpoint: str | None = None  # where a server runs it (an endpoint; ollama:NAME too)
     model_name: str | None = None
     # format -> path, or -> a callable that writes the artefact on first use (synthetic)
     artefacts: dict[str, Path | Callable[[], Path]] = field(default_factory=dict)
@@ -51,9 +53,14 @@ Resolver = Callable[[str, str | None], ResolvedModel | None]
 RESOLVERS: list[tuple[str, Resolver]] = []
 
 
-def register(name: str) -> Callable[[Resolver], Resolver]:
+def register(name: str, first: bool = False) -> Callable[[Resolver], Resolver]:
+    """`first`: a resolver of a `scheme:` prefix, tried before the ones that look at paths
+    (whatever order the modules were imported in), so `ollama:x.gguf` is never a file."""
     def deco(fn: Resolver) -> Resolver:
-        RESOLVERS.append((name, fn))
+        if first:
+            RESOLVERS.insert(0, (name, fn))
+        else:
+            RESOLVERS.append((name, fn))
         return fn
 
     return deco
@@ -61,7 +68,7 @@ def register(name: str) -> Callable[[Resolver], Resolver]:
 
 def resolve(ref: str, model_name: str | None = None) -> ResolvedModel:
     """First resolver that recognises `ref` wins; InputError when none does."""
-    from strata.models import endpoint, gguf, hf, synthetic  # noqa: F401  (registration)
+    from strata.models import endpoint, gguf, hf, ollama, synthetic  # noqa: F401  (registration)
 
     for _name, resolver in RESOLVERS:
         model = resolver(ref, model_name)
@@ -69,6 +76,8 @@ def resolve(ref: str, model_name: str | None = None) -> ResolvedModel:
             return model
     if not Path(ref).exists():
         raise InputError(f"MODEL {ref}: no such file or directory (expected a .gguf file, a "
-                         "Hugging Face model directory, synthetic:<preset>, or http://host:port)")
+                         "Hugging Face model directory, synthetic:<preset>, ollama:NAME[:TAG] "
+                         "or http://host:port)")
     raise InputError(f"MODEL {ref}: unknown model format (expected a .gguf file, a directory "
-                     "with config.json, synthetic:<preset>, or http://host:port)")
+                     "with config.json, synthetic:<preset>, ollama:NAME[:TAG] or "
+                     "http://host:port)")
