@@ -150,8 +150,8 @@ def report(
 @app.command()
 def quality(
     model: Annotated[str, typer.Argument(
-        help="file.gguf, a Hugging Face dir (with its tokenizer files) or synthetic:<preset>"
-        "\\[@f32|f16|q8_0|q4_0].")],
+        help="file.gguf, a Hugging Face dir (with its tokenizer files), synthetic:<preset>"
+        "\\[@f32|f16|q8_0|q4_0] or ollama:NAME\\[:TAG].")],
     ref: Annotated[str | None, typer.Option(
         "--ref", metavar="MODEL", help="Reference with the same vocabulary (e.g. the f16 of a "
         "q4_0): adds KL divergence, top-1 agreement and the decode speed ratio.")] = None,
@@ -190,8 +190,9 @@ def quality(
 @app.command()
 def fit(
     model: Annotated[str, typer.Argument(
-        metavar="MODEL", help="file.gguf, a Hugging Face dir, or synthetic:<preset>@<quant> "
-        "(f32, f16, q8_0, q4_0). Only its metadata is read: nothing is loaded or written.")],
+        metavar="MODEL", help="file.gguf, a Hugging Face dir, synthetic:<preset>@<quant> "
+        "(f32, f16, q8_0, q4_0) or ollama:NAME\\[:TAG]. Only its metadata is read: nothing is "
+        "loaded or written.")],
     ctx: Annotated[int | None, typer.Option("--ctx", "-c", help="Context per sequence, in "
                                             "tokens (default 4096).", show_default=False)]
     = None,

@@ -37,7 +37,8 @@ class BenchFlags:
 
     models: Annotated[list[str] | None, typer.Argument(
         metavar="MODEL", help="file.gguf, a Hugging Face dir, synthetic:<preset>\\[@f32|f16|"
-        "q8_0|q4_0], or http://host:port\\[/v1]. Default: the embedded synthetic preset.")] \
+        "q8_0|q4_0], ollama:NAME\\[:TAG] (a model Ollama pulled), or http://host:port\\[/v1]. "
+        "Default: the embedded synthetic preset.")] \
         = None
     backend: Annotated[str, Opt("--backend", "-B", help=escape(backend_help()))] = "auto"
     n_prompt: Annotated[str, Opt("-p", "--n-prompt", help="Prompt sizes (pp tests); 'none' to "
