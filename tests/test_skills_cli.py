@@ -109,3 +109,13 @@ def test_builtin_skill_reaches_the_prompt_offline(home: Path) -> None:
     assert line in sent[0]["messages"][0]["content"]
     listed = run_cli("skills", "list", home=home)
     assert "builtin:c" in listed.stdout and "builtin:cuda" in listed.stdout
+
+
+def test_a_missing_skill_folder_is_named_as_the_user_gave_it(home: Path,
+                                                             tmp_path: Path) -> None:
+    """SKILL is positional here: the one-line error names it so, not as --skill."""
+    with replay_server(["unused"]) as srv:
+        proc = ab(srv.url, home, tmp_path / "nope")
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [proc.stderr.strip()]
+    assert "SKILL " in proc.stderr and "--skill" not in proc.stderr and "not found" in proc.stderr

@@ -151,7 +151,7 @@ def skills_eval(
     if fmt not in ("table", "md", "json"):
         raise InputError(f"--format {fmt}: choose table, md or json")
     _check_counts(turns, samples, temperature)
-    chosen = load_skill(skill)
+    chosen = load_skill(skill, "SKILL")
     chosen_dialect = dialect or str(chosen.meta.get("dialect") or "c")
     op_list = held_out(chosen, _ops(ops))
     with err.status("probing host…"):

@@ -44,51 +44,52 @@ def builtin_dialects() -> list[str]:
     return sorted(p.name for p in BUILTIN.iterdir() if (p / SKILL_FILE).is_file())
 
 
-def _folder(ref: str | Path) -> Path:
+def _folder(ref: str | Path, flag: str) -> Path:
     text = str(ref)
     if text.startswith("builtin:"):
         dialect = text.split(":", 1)[1]
         if dialect not in builtin_dialects():
-            raise InputError(f"--skill {text}: no built-in skill for dialect {dialect!r} "
+            raise InputError(f"{flag} {text}: no built-in skill for dialect {dialect!r} "
                              f"(built-in: {', '.join(f'builtin:{d}' for d in builtin_dialects())})")
         return BUILTIN / dialect
     path = Path(text).expanduser()
     if path.is_file() and path.name == SKILL_FILE:
         return path.parent
     if not path.is_dir():
-        raise InputError(f"--skill {text}: not found (give a folder holding {SKILL_FILE} and "
+        raise InputError(f"{flag} {text}: not found (give a folder holding {SKILL_FILE} and "
                          f"{META_FILE}, or builtin:<dialect>)")
     return path
 
 
-def _meta(folder: Path, ref: str) -> dict[str, Any]:
+def _meta(folder: Path, ref: str, flag: str) -> dict[str, Any]:
     path = folder / META_FILE
     if not path.is_file():  # a hand-written skill may be just its text
         return {}
     try:
         meta = json.loads(path.read_text("utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InputError(f"--skill {ref}: {META_FILE} is not valid JSON ({exc})") from None
+        raise InputError(f"{flag} {ref}: {META_FILE} is not valid JSON ({exc})") from None
     if not isinstance(meta, dict):
-        raise InputError(f"--skill {ref}: {META_FILE} must hold a JSON object")
+        raise InputError(f"{flag} {ref}: {META_FILE} must hold a JSON object")
     return meta
 
 
-def load_skill(ref: str | Path) -> Skill:
+def load_skill(ref: str | Path, flag: str = "--skill") -> Skill:
     """A skill from a folder (SKILL.md + skill.json) or `builtin:<dialect>`; InputError (one
-    line) when the folder, its SKILL.md or its metadata is missing or unreadable."""
-    folder = _folder(ref)
+    line, naming `flag`: how the user gave it) when the folder, its SKILL.md or its metadata
+    is missing or unreadable."""
+    folder = _folder(ref, flag)
     text_path = folder / SKILL_FILE
     if not text_path.is_file():
-        raise InputError(f"--skill {ref}: {folder} has no {SKILL_FILE} (a skill is a folder "
+        raise InputError(f"{flag} {ref}: {folder} has no {SKILL_FILE} (a skill is a folder "
                          f"with {SKILL_FILE} and {META_FILE})")
     try:
         text = text_path.read_text("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"--skill {ref}: cannot read {SKILL_FILE} ({exc})") from None
+        raise InputError(f"{flag} {ref}: cannot read {SKILL_FILE} ({exc})") from None
     if not text.strip():
-        raise InputError(f"--skill {ref}: {SKILL_FILE} is empty")
-    meta = _meta(folder, str(ref))
+        raise InputError(f"{flag} {ref}: {SKILL_FILE} is empty")
+    meta = _meta(folder, str(ref), flag)
     name = str(meta.get("name") or folder.name)
     return Skill(name, text, meta, skill_hash(text, meta))
 
