@@ -74,6 +74,9 @@ def test_a_whole_run_is_stored_exported_and_drawn(home: Path, corpus: Path,
                    "--out", str(out), home=home)
     assert proc.returncode == 0, proc.stderr
     assert "validation loss" in proc.stdout and "bits per byte" in proc.stdout
+    # stderr is a pipe here: plain progress lines instead of the live bar, a tenth apart
+    progress = [ln for ln in proc.stderr.splitlines() if ln.startswith("step ") and "tok/s" in ln]
+    assert [ln.split(":")[0] for ln in progress] == [f"step {n}/12" for n in range(1, 13)]
     gguf = out / "model.gguf"
     assert gguf.is_file() and (out / "hf" / "model.safetensors").is_file()
     assert f"strata bench {gguf}" in proc.stdout

@@ -54,8 +54,14 @@ class Bar:
 
     def step(self, s: Any) -> None:
         mfu = f" · MFU {100 * s.mfu:.2f}%" if s.mfu is not None else ""
-        self.bar.update(self.task, completed=s.step, eta=_duration(s.eta_s),
-                        stats=f"loss {s.loss:.3f} · {s.tokens_per_s:,.0f} tok/s{mfu}")
+        stats = f"loss {s.loss:.3f} · {s.tokens_per_s:,.0f} tok/s{mfu}"
+        self.bar.update(self.task, completed=s.step, eta=_duration(s.eta_s), stats=stats)
+        total = int(self.bar.tasks[0].total or 0)
+        # A log or pipe gets no live bar: a plain line every tenth of the run instead.
+        if not err.is_terminal and total and (s.step % max(1, total // 10) == 0
+                                              or s.step == total):
+            err.print(f"step {s.step}/{total}: {stats} · ETA {_duration(s.eta_s)}",
+                      highlight=False)
 
     def evaluated(self, e: Any) -> None:
         self.bar.console.print(f"step {e.step}: validation loss {e.loss:.3f}, "
