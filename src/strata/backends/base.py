@@ -76,6 +76,16 @@ class RunTrace:
     notes: list[str] = field(default_factory=list)  # e.g. "server ignores max_tokens"
 
 
+def decode_inputs(request: RunRequest, random_ids: Callable[[int], list[int]],
+                  bos: int | None) -> list[int]:
+    """The token fed at each decode step (no sampling, EOS never stops it): random ids drawn
+    before the clock starts, BOS first for a pure tg test, as llama-bench does."""
+    ids = list(random_ids(request.n_gen)) if request.n_gen else []
+    if ids and not request.prompt_tokens and bos is not None:
+        ids[0] = bos
+    return ids
+
+
 class Backend(Protocol):
     name: str
 

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from strata.backends.base import LoadConfig, RunRequest, RunTrace
+from strata.backends.base import LoadConfig, RunRequest, RunTrace, decode_inputs
 from strata.errors import InputError
 from strata.models.source import ResolvedModel
 
@@ -31,7 +31,6 @@ class LabBackend:
     def __init__(self) -> None:
         self._model: Any = None
         self._info: dict[str, Any] = {}
-        self._threads = 0
         self._allowed = np.zeros(0, dtype=np.int64)
         self._bos: int | None = None
         self._rng = np.random.default_rng(0)
@@ -46,12 +45,10 @@ class LabBackend:
 
     def load(self, model: ResolvedModel, config: LoadConfig) -> None:
         import strata.lab
-        from strata.lab.threads import set_threads
 
         self.close()
-        self._threads = set_threads(config.threads)
         self._model = strata.lab.load(model.path("gguf", "lab"), config.device,
-                                      n_ctx=config.n_ctx or CTX_STEP, threads=self._threads)
+                                      n_ctx=config.n_ctx or CTX_STEP, threads=config.threads)
         cfg = self._model.weights.config
         vocab = self._model.vocab
         special = {cfg.get(k) for k in ("bos_token_id", "eos_token_id", "pad_token_id")}
@@ -113,7 +110,7 @@ class LabBackend:
             "device": str(m.device) if m.device.type != "cuda" else f"cuda:{m.device.index or 0}",
             "weights": f"GGUF as stored ({', '.join(kinds)}), never dequantised",
             "weight_bytes_in_memory": sum(t.nbytes for t in w.tensors.values()),
-            "threads": self._threads,
+            "threads": m.threads,
             "kv_cache": "float32, one [Hkv, C, D] pair per layer",
             "kv_dtype": "f32",
             "ops": m.kernels.served(),
@@ -128,18 +125,12 @@ class LabBackend:
         if ids and (min(ids) < 0 or max(ids) >= self.model.vocab):
             raise InputError(f"token id out of range for a vocabulary of {self.model.vocab}")
 
-    def _gen_inputs(self, request: RunRequest) -> list[int]:
-        n = request.n_gen
-        ids = self._rng.choice(self._allowed, size=n).tolist() if n else []
-        if n and not request.prompt_tokens and self._bos is not None:
-            ids[0] = self._bos
-        return ids
-
     def _execute(self, request: RunRequest) -> RunTrace:
         m = self.model
         total = len(request.depth_tokens) + len(request.prompt_tokens) + request.n_gen
         m.reset(_capacity(total))
-        gen = self._gen_inputs(request)
+        gen = decode_inputs(request, lambda n: self._rng.choice(self._allowed, size=n).tolist(),
+                            self._bos)
         if request.depth_tokens:
             m.prefill(list(request.depth_tokens))  # @d<D>: outside the timed region
         _sync(m.device)

@@ -26,7 +26,13 @@ from typing import Any
 
 import numpy as np
 
-from strata.backends.base import BackendUnavailable, LoadConfig, RunRequest, RunTrace
+from strata.backends.base import (
+    BackendUnavailable,
+    LoadConfig,
+    RunRequest,
+    RunTrace,
+    decode_inputs,
+)
 from strata.errors import InputError, StrataError
 from strata.models.source import ResolvedModel
 
@@ -314,14 +320,8 @@ class LlamaCppBackend:
     def _gen_inputs(self, request: RunRequest) -> list[int]:
         """The token fed at each decode step: BOS first for pure tg (llama-bench), then
         random normal ids (drawn here, before timing, so the RNG is not timed)."""
-        if not request.n_gen:
-            return []
         seed = hash((request.prompt_tokens[:8], request.depth_tokens[:8], request.n_gen))
-        toks = self.random_tokens(request.n_gen, seed)
-        bos = self.bos()
-        if not request.prompt_tokens and bos is not None:
-            toks[0] = bos
-        return toks
+        return decode_inputs(request, lambda n: self.random_tokens(n, seed), self.bos())
 
     def _prefill_untimed(self, depth: tuple[int, ...], n_batch: int) -> None:
         batches = self._prompt_batches(depth, 0, n_batch)

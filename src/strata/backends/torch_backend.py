@@ -34,7 +34,7 @@ import torch
 import transformers
 from safetensors import SafetensorError
 
-from strata.backends.base import LoadConfig, RunRequest, RunTrace
+from strata.backends.base import LoadConfig, RunRequest, RunTrace, decode_inputs
 from strata.backends.torch_device import (
     _STORED,
     DTYPES,  # noqa: F401  (the descriptor reads it from here)
@@ -409,11 +409,9 @@ class _Run:
 
     def _gen_inputs(self) -> list[int]:
         """Random decode inputs (no sampling); a pure tg test starts from BOS, as llama-bench."""
-        n = self.req.n_gen
-        ids = self.s.rng.choice(self.s.allowed, size=n).tolist() if n else []
-        if n and not self.req.prompt_tokens and self.s.bos is not None:
-            ids[0] = self.s.bos
-        return ids
+        return decode_inputs(self.req, lambda n: self.s.rng.choice(self.s.allowed,
+                                                                     size=n).tolist(),
+                             self.s.bos)
 
     def _forward(self, ids: torch.Tensor) -> None:
         n = ids.shape[1]

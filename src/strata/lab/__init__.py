@@ -38,11 +38,11 @@ def load(path: str | Path, device: str = "cpu", n_ctx: int = DEFAULT_CTX,
     from strata.store import open_db
 
     dev: torch.device = resolve_device(device)
-    set_threads(threads)
+    used = set_threads(threads)
     weights = read_weights(Path(path), dev)
     kinds = [t.kind for t in weights.tensors.values() if len(t.shape) == 2]
     kernels = Kernels.resolve(needed_ops(kinds), dev, open_db(db or default_db_path()), say)
-    model = LabModel(weights, kernels, dev)
+    model = LabModel(weights, kernels, dev, threads=used)
     model.reset(n_ctx)
     return model
 

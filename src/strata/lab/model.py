@@ -63,6 +63,7 @@ class LabModel:
     kernels: Kernels
     device: torch.device
     ubatch: int = UBATCH
+    threads: int = 0  # the thread team it was loaded with (lab/threads.py)
     cache: Cache | None = None
     rope: Rope | None = None
     pos: int = 0
