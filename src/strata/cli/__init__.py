@@ -16,7 +16,7 @@ from typer.exceptions import Abort, TyperException
 
 from strata import __version__
 from strata.errors import InputError, StrataError
-from strata.views.console import make_console
+from strata.views.console import make_console, set_progress
 
 app = typer.Typer(
     name="strata",
@@ -24,6 +24,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     rich_markup_mode="rich",
+    context_settings={"help_option_names": ["-h", "--help"]},  # inherited by every command
 )
 # Piped, both print every table whole at its natural width (views/console.py).
 out = make_console()
@@ -45,8 +46,13 @@ def _version(value: bool) -> None:
 @app.callback()
 def _root(version: Annotated[bool, typer.Option("--version", callback=_version,
                                                 is_eager=True, help="Print the version.")]
-          = False) -> None:
+          = False,
+          progress: Annotated[bool | None, typer.Option(
+              "--progress/--no-progress", show_default=False,
+              help="Progress of long commands on stderr (default: a live bar on a terminal, "
+              "plain lines otherwise; also STRATA_PROGRESS=0).")] = None) -> None:
     """strata profiles local-AI hardware: probe, measure, bench, explain."""
+    set_progress(progress)
 
 
 def open_store(db: Path | None):  # -> sqlite3.Connection
@@ -88,4 +94,4 @@ def _fail(message: str, code: int) -> None:
 
 
 # The commands register themselves on `app` (and the kernels sub-app) when imported.
-from strata.cli import host, kernels, kernels_gen, models, skills, train  # noqa: E402, F401
+from strata.cli import bench, host, kernels, kernels_gen, models, skills, train  # noqa: E402, F401
