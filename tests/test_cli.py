@@ -28,7 +28,7 @@ def test_probe_json_is_stored_and_listed(tmp_path: Path) -> None:
     assert verdicts and verdicts[0]["device"] == "cpu"
     hosts = json.loads(run_cli("hosts", "--json", home=tmp_path).stdout)
     assert [h["fingerprint"] for h in hosts] == [data["fingerprint"]]
-    assert hosts[0]["measured"] is False
+    assert hosts[0]["roofline_measured"] is False
     db = tmp_path / "strata.db"
     assert sqlite3.connect(db).execute("SELECT COUNT(*) FROM hosts").fetchone()[0] == 1
 
@@ -54,7 +54,7 @@ def test_measure_stores_roofline_reused_later(tmp_path: Path) -> None:
     assert again["roofline_measured_now"] is False
     assert again["roofline"]["devices"][0]["bandwidth"] == cpu["bandwidth"]  # the stored one
     hosts = json.loads(run_cli("hosts", "--json", home=tmp_path).stdout)
-    assert hosts[0]["measured"] is True
+    assert hosts[0]["roofline_measured"] is True
 
 
 def test_probe_with_smoke_gives_cpu_verdict(tmp_path: Path) -> None:

@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
-import json
 from typing import Annotated
 
 import typer
 
 from strata.cli import DbOption, app, check_positive, err, open_store, out
+from strata.cli.output import (
+    TABLE,
+    FormatOption,
+    JsonOption,
+    ProgressOption,
+    emit,
+    no_store,
+    output_format,
+    read_store,
+)
 from strata.errors import InputError, StrataError
+from strata.views.console import set_progress
 
 
 @app.command()
@@ -16,8 +26,8 @@ def probe(
     measure: Annotated[bool, typer.Option("--measure", help="Also measure memory bandwidth and "
                                           "matmul FLOP/s per dtype: this host's roofline "
                                           "(about 10-30 s on a small CPU).")] = False,
-    json_out: Annotated[bool, typer.Option("--json", help="Print the profile (and roofline) as "
-                                           "JSON on stdout instead of tables.")] = False,
+    fmt: FormatOption = None,
+    json_out: JsonOption = False,
     watch: Annotated[float | None, typer.Option("--watch", metavar="SECONDS",
                                                 help="Sample telemetry (clocks, temperatures, "
                                                 "power, throttling) live for SECONDS, then "
@@ -35,6 +45,7 @@ def probe(
                                              "roofline even when other processes kept the "
                                              "host busy in every attempt (its peaks are then "
                                              "low; it is stored flagged).")] = False,
+    progress: ProgressOption = None,
     db: DbOption = None,
 ) -> None:
     """What this machine is, whether its stack can drive each device, and (--measure) its roofline.
@@ -49,44 +60,57 @@ def probe(
       strata probe               [dim]# hardware, software, support verdicts[/dim]
       strata probe --measure     [dim]# + bandwidth and FLOP/s (the roofline)[/dim]
       strata probe --watch 30    [dim]# live telemetry, throttling verdict[/dim]
-      strata probe --json > host.json
+      strata probe -o json > host.json  [dim]# everything, as JSON[/dim]
+      strata probe --no-smoke -o csv     [dim]# one row per device[/dim]
     """
+    fmt = output_format(fmt, json_out)
+    if progress is not None:
+        set_progress(progress)
     check_positive("--smoke-timeout", smoke_timeout)
     if watch is not None:
         check_positive("--watch", watch)
     if not 10 <= interval_ms <= 10_000:
         raise InputError(f"--interval must be between 10 and 10000 ms (got {interval_ms})")
     conn = open_store(db)  # fail on a bad --db before spending time probing
-    from strata.commands.probe import run_probe
+    from strata.commands.probe import probe_records, run_probe
 
     result = run_probe(conn, measure=measure, smoke=smoke, smoke_timeout_s=smoke_timeout,
                        console=err, allow_busy=allow_busy)
-    if not json_out:
+    if fmt == TABLE:
         result.render(out)
     if watch is not None:
         from strata.commands.probe import run_watch
 
         result.telemetry = run_watch(conn, result.fingerprint, watch, interval_ms / 1000, err)
-    if json_out:
-        print(json.dumps(result.to_dict(), indent=2, default=str))
+    if fmt != TABLE:
+        emit(out, fmt, probe_records(result), document=result.to_dict())
     if result.refused:
         raise StrataError(result.refused)  # printed above, not stored: exit 1
 
 
 @app.command()
 def hosts(
-    json_out: Annotated[bool, typer.Option("--json", help="Print as JSON.")] = False,
+    fmt: FormatOption = None,
+    json_out: JsonOption = False,
     db: DbOption = None,
 ) -> None:
-    """List the hosts in the results database, one per hardware + software fingerprint."""
-    from strata.store.hosts import list_hosts
+    """List the hosts in the results database, one per hardware + software fingerprint.
+
+    Reads the database only: nothing is created or written.
+
+    [bold]Examples[/bold]
+      strata hosts
+      strata hosts -o json
+      strata hosts --db ~/lab/strata.db -o csv
+    """
+    from strata.store.hosts import host_records, list_hosts
     from strata.views.hosts import hosts_table
 
-    rows = list_hosts(open_store(db))
-    if json_out:
-        print(json.dumps([r.__dict__ for r in rows], indent=2))
-    elif not rows:
-        err.print("no hosts stored yet: run `strata probe` (or `strata probe --measure`)")
-    else:
-        out.print(hosts_table(rows))
+    fmt = output_format(fmt, json_out)
+    conn = read_store(db)
+    rows = list_hosts(conn) if conn is not None else []
+    if not rows:
+        where = no_store(db) if conn is None else "no hosts stored yet"
+        err.print(f"{where}: run `strata probe` (or `strata probe --measure`)", markup=False)
+    emit(out, fmt, host_records(rows), table=lambda: rows and out.print(hosts_table(rows)))
 

@@ -8,24 +8,28 @@ roofline is known to be low and is not stored unless `allow_busy` (--allow-busy)
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 
 from strata.hardware.microbench import measure_host
 from strata.hardware.probe import probe_host
-from strata.hardware.profile import HostProfile
+from strata.hardware.profile import HostProfile, SupportVerdict
 from strata.host import BUSY_PAUSE_S, MEASURE_ATTEMPTS, busy_refusal, measure_until_quiet
 from strata.measure.peak import trust_lines
 from strata.measure.roofline import Roofline
-from strata.store.hosts import latest_measurement, save_host, save_measurement
+from strata.store.hosts import latest_measurement, load_host, save_host, save_measurement
+from strata.views.console import progress_enabled
 
 __all__ = ["BUSY_PAUSE_S", "MEASURE_ATTEMPTS", "ProbeResult", "busy_refusal", "measure_until_quiet",
-           "run_probe"]
+           "probe_records", "run_probe"]
 
-
+KEPT_SMOKE = ("smoke test from an earlier probe (--no-smoke skipped it this time; run "
+              "strata probe to repeat it)")
 
 @dataclass
 class ProbeResult:
@@ -68,14 +72,16 @@ def run_probe(conn: sqlite3.Connection, measure: bool, smoke: bool, smoke_timeou
     """measurer(profile, progress) -> Roofline: one attempt (default measure_host); tests
     pass recorded measurements, since a busy host cannot be arranged to order."""
     attempt = measurer or (lambda profile, say: measure_host(profile, progress=say))
-    with console.status("probing…") as status:
+    with _steps(console) as say:
         profile = probe_host(smoke=smoke, smoke_timeout_s=smoke_timeout_s,
-                             progress=lambda m: status.update(f"probing: {m}"))
+                             progress=lambda m: say(f"probing: {m}"))
+        if not smoke:
+            keep_smoke_verdicts(profile, load_host(conn, profile.fingerprint()))
         fingerprint = save_host(conn, profile)
         if measure:
             roofline = measure_until_quiet(
-                lambda say: attempt(profile, say),
-                lambda m: status.update(f"measuring: {m}"), pause_s=pause_s)
+                lambda step: attempt(profile, step),
+                lambda m: say(f"measuring: {m}"), pause_s=pause_s)
             if roofline.measured_busy and not allow_busy:
                 return ProbeResult(profile, fingerprint, roofline, True,
                                    refused=busy_refusal(roofline))
@@ -84,6 +90,57 @@ def run_probe(conn: sqlite3.Connection, measure: bool, smoke: bool, smoke_timeou
     stored = latest_measurement(conn, fingerprint, "roofline")
     return ProbeResult(profile, fingerprint, Roofline.from_dict(stored) if stored else None,
                        False)
+
+
+def keep_smoke_verdicts(profile: HostProfile, stored: HostProfile | None) -> None:
+    """--no-smoke learns nothing about the devices: each device's stored verdict that rests
+    on a smoke test stays (said so in its reasons) instead of becoming "unknown"."""
+    if stored is None:
+        return
+    earlier = {v.device: v for v in stored.verdicts if v.smoke is not None}
+    profile.verdicts = [_kept(v, earlier.get(v.device)) for v in profile.verdicts]
+
+
+def _kept(new: SupportVerdict, old: SupportVerdict | None) -> SupportVerdict:
+    if new.smoke is not None or old is None:
+        return new
+    reasons = old.reasons if KEPT_SMOKE in old.reasons else [*old.reasons, KEPT_SMOKE]
+    return replace(old, reasons=reasons)
+
+
+@contextmanager
+def _steps(console: Console) -> Iterator[Callable[[str], None]]:
+    """Progress of the probe: a spinner on a terminal, one plain line per step otherwise,
+    nothing with --no-progress."""
+    if not progress_enabled():
+        yield lambda _m: None
+    elif console.is_terminal:
+        with console.status("probing…") as status:
+            yield lambda m: status.update(escape(m))
+    else:
+        yield lambda m: console.print(m, highlight=False, markup=False)
+
+
+def probe_records(result: ProbeResult) -> list[dict[str, Any]]:
+    """One flat record per device: what it is, its support verdict, its roofline figures."""
+    roof = {d.device: d for d in result.roofline.devices} if result.roofline else {}
+    return [_device_record(result, v, roof.get(v.device)) for v in result.profile.verdicts]
+
+
+def _device_record(result: ProbeResult, v: SupportVerdict, roof: Any) -> dict[str, Any]:
+    p = result.profile
+    gpu = next((g for g in p.gpus if g.key == v.device), None)
+    return {
+        "fingerprint": result.fingerprint, "hostname": p.hostname, "device": v.device,
+        "name": gpu.name if gpu else p.cpu.model,
+        "arch": gpu.arch if gpu else p.cpu.arch,
+        "memory_bytes": gpu.memory_total_bytes if gpu else p.cpu.ram_total_bytes,
+        "support": v.status, "smoke_ok": v.smoke.ok if v.smoke else None,
+        "works": v.works, "fails": v.fails, "remedy": v.remedy,
+        "bandwidth_gbs": roof.peak_bandwidth_gbs() if roof else None,
+        "fp32_gflops": roof.peak_gflops("fp32") if roof else None,
+        "fp16_gflops": roof.peak_gflops("fp16") if roof else None,
+    }
 
 
 def run_watch(conn: sqlite3.Connection, fingerprint: str, seconds: float, interval_s: float,

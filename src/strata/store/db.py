@@ -34,6 +34,53 @@ def open_db(path: Path, migrations: list[tuple[int, list[str]]] = MIGRATIONS) ->
     return conn
 
 
+def open_db_readonly(path: Path) -> sqlite3.Connection | None:
+    """Open an existing DB for reading only; None when there is no file (an empty store).
+
+    Creates no file or folder (a read-only command leaves no trace). A DB at an older schema
+    is brought up to date first (through open_db: the file exists, so nothing is created).
+    """
+    path = Path(path).expanduser()
+    if path.is_dir():
+        raise InputError(f"--db {path}: is a directory; give a file path such as {path}/strata.db")
+    if not path.exists():
+        return None
+    try:
+        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True,
+                               timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
+        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        version = _stored_version(conn)
+    except sqlite3.DatabaseError as exc:
+        raise InputError(f"--db {path}: not a usable strata database ({exc}); "
+                         "point --db at a new file or restore a backup") from exc
+    if version < SCHEMA_VERSION:
+        conn.close()
+        return open_db(path)
+    if version > SCHEMA_VERSION:
+        raise InputError(f"database schema v{version} is newer than this strata knows "
+                         f"(v{SCHEMA_VERSION}); upgrade strata or use another --db")
+    conn.row_factory = sqlite3.Row
+    return conn
+
+
+def empty_db() -> sqlite3.Connection:
+    """An empty store in memory (the current schema, no rows): what a read-only command
+    reads when there is no DB file, instead of creating one."""
+    conn = sqlite3.connect(":memory:", isolation_level=None)
+    migrate(conn, MIGRATIONS)
+    conn.row_factory = sqlite3.Row
+    return conn
+
+
+def _stored_version(conn: sqlite3.Connection) -> int:
+    """The schema version of a DB opened read-only (0: no schema_version table yet)."""
+    exists = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND "
+                          "name = 'schema_version'").fetchone()
+    if not exists:
+        return 0
+    return int(conn.execute("SELECT MAX(version) FROM schema_version").fetchone()[0] or 0)
+
+
 def _check_path(path: Path) -> None:
     if path.is_dir():
         raise InputError(f"--db {path}: is a directory; give a file path such as {path}/strata.db")

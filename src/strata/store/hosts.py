@@ -87,6 +87,13 @@ def list_hosts(conn: sqlite3.Connection) -> list[HostRow]:
                     r["last_seen"], bool(r["measured"])) for r in rows]
 
 
+def host_records(rows: list[HostRow]) -> list[dict[str, Any]]:
+    """`strata hosts` as flat records (docs/output.md)."""
+    return [{"fingerprint": r.fingerprint, "hostname": r.hostname, "summary": r.summary,
+             "first_seen": r.first_seen, "last_seen": r.last_seen,
+             "roofline_measured": r.measured} for r in rows]
+
+
 def load_host(conn: sqlite3.Connection, fingerprint: str) -> HostProfile | None:
     row = conn.execute("SELECT profile FROM hosts WHERE fingerprint = ?",
                        (fingerprint,)).fetchone()
