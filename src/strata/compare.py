@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from strata.bench.records import PRIMARY
+from strata.bench.records import PRIMARY, record
 from strata.bench.scenario import BenchTest
 from strata.errors import InputError
 from strata.measure.stats import welch
@@ -40,8 +40,11 @@ SELECTORS: dict[str, Callable[[str], tuple[str, tuple[Any, ...]]]] = {
     "run": lambda v: ("results.run_id = ?", (_run_id(v),)),
     "host": lambda v: ("runs.fingerprint LIKE ?", (v + "%",)),
     "backend": lambda v: ("results.backend = ?", (v,)),
-    "commit": lambda v: ("runs.git_commit LIKE ?", (v + "%",)),
+    "commit": lambda v: ("runs.git_commit LIKE ?", (v + "%",)),  # strata's commit
 }
+# The figure compared, by its name in bench records (docs/output.md): *_ts, tokens/s.
+METRIC_FIELD = {"prefill_tps": "prefill_ts", "decode_tps": "decode_ts",
+                "combined_tps": "avg_ts"}
 
 
 def _run_id(value: str) -> int:
@@ -116,13 +119,51 @@ def compare(conn: sqlite3.Connection, side_a: str, side_b: str) -> list[Pair]:
     return pairs
 
 
+def _commits(conn: sqlite3.Connection) -> dict[int, str | None]:
+    return {row[0]: row[1] for row in conn.execute("SELECT id, git_commit FROM runs")}
+
+
+def _side(r: StoredResult, strata_commit: str | None, suffix: str) -> dict[str, Any]:
+    rec = record(r)
+    return {f"{k}_{suffix}": v for k, v in (
+        ("backend", r.backend), ("run_id", r.run_id), ("result_id", r.id),
+        ("avg_ts", rec["avg_ts"]), ("stddev_ts", rec["stddev_ts"]), ("n", rec["n"]),
+        ("eta", rec["eta"]), ("strata_commit", strata_commit),
+        ("build_commit", rec.get("build_commit")))}
+
+
+def pair_records(conn: sqlite3.Connection, pairs: list[Pair]) -> list[dict[str, Any]]:
+    """`strata compare` as flat records: the configuration, each side's figures suffixed
+    _a and _b, speedup (B / A), Welch's p_value and significant (docs/output.md)."""
+    commits = _commits(conn)
+    return [{"model_filename": p.a.model, "test": p.a.test, "n_prompt": p.a.n_prompt,
+             "n_gen": p.a.n_gen, "n_depth": p.a.n_depth,
+             "metric": METRIC_FIELD.get(p.metric, p.metric),
+             **_side(p.a, commits.get(p.a.run_id), "a"),
+             **_side(p.b, commits.get(p.b.run_id), "b"),
+             "speedup": p.speedup, "p_value": p.p, "significant": p.significant}
+            for p in pairs]
+
+
 @dataclass
 class HistoryRow:
     result: StoredResult
     fingerprint: str
-    git_commit: str | None
+    git_commit: str | None  # strata's commit when the run was made
     started_at: str
     status: str
+
+    @property
+    def build_commit(self) -> str | None:
+        """llama.cpp's commit (llama-bench's build_commit), where the result recorded one."""
+        return record(self.result).get("build_commit")
+
+    def to_record(self) -> dict[str, Any]:
+        """A bench record (every field) with its run's context (docs/output.md)."""
+        return {"result_id": self.result.id, "run_id": self.result.run_id,
+                "run_status": self.status, "run_started_at": self.started_at,
+                "fingerprint": self.fingerprint, "strata_commit": self.git_commit,
+                **record(self.result)}
 
 
 def history(conn: sqlite3.Connection, model: str | None, backend: str | None,

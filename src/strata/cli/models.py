@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated
 
@@ -10,7 +9,18 @@ import typer
 
 from strata.backends import names
 from strata.cli import DbOption, app, err, open_store, out
+from strata.cli.output import (
+    CHOICES,
+    FormatOption,
+    JsonOption,
+    ProgressOption,
+    emit,
+    no_store,
+    output_format,
+    read_store,
+)
 from strata.errors import InputError
+from strata.views.console import set_progress
 
 Opt = typer.Option
 
@@ -18,29 +28,33 @@ Opt = typer.Option
 @app.command()
 def compare(
     side_a: Annotated[str, typer.Argument(metavar="A", help="Baseline: run id, run:N, "
-                                          "host:FP, backend:NAME or commit:SHA.")],
+                                          "host:FP, backend:NAME or commit:SHA (strata's "
+                                          "commit).")],
     side_b: Annotated[str, typer.Argument(metavar="B", help="Compared against A, same forms.")],
-    json_out: Annotated[bool, typer.Option("--json", help="Print as JSON.")] = False,
+    fmt: FormatOption = None,
+    json_out: JsonOption = False,
     db: DbOption = None,
 ) -> None:
     """Speedup of B over A on every configuration both have, with its significance.
 
+    Reads the database only: nothing is created or written.
+
     [bold]Examples[/bold]
       strata compare 3 4                          [dim]# run 4 vs run 3[/dim]
       strata compare backend:torch backend:llamacpp
-      strata compare host:0de260d8 host:9a1f3c2b
+      strata compare host:0de260d8 host:9a1f3c2b -o csv
     """
     from strata.compare import compare as run_compare
-    from strata.views.compare import compare_table
+    from strata.compare import pair_records
+    from strata.views.compare import COMPARE_FIELDS, compare_table
 
-    pairs = run_compare(open_store(db), side_a, side_b)
-    if json_out:
-        print(json.dumps([{"model": p.a.model, "test": p.a.test, "backend_a": p.a.backend,
-                           "backend_b": p.b.backend, "metric": p.metric, "a": p.a_mean,
-                           "b": p.b_mean, "speedup": p.speedup, "p": p.p,
-                           "significant": p.significant} for p in pairs], indent=2))
-    else:
-        out.print(compare_table(pairs, side_a, side_b))
+    fmt = output_format(fmt, json_out)
+    conn = read_store(db)
+    if conn is None:
+        raise InputError(f"{no_store(db)}: run strata bench first")
+    pairs = run_compare(conn, side_a, side_b)
+    emit(out, fmt, pair_records(conn, pairs), md_columns=COMPARE_FIELDS,
+         table=lambda: out.print(compare_table(pairs, side_a, side_b)))
 
 
 @app.command()
@@ -51,13 +65,40 @@ def history(
     = None,
     test: Annotated[str | None, typer.Option("--test", help="Only this test, e.g. tg128.")]
     = None,
+    fmt: Annotated[str | None, typer.Option(
+        "--format", "-o", metavar="FORMAT", show_default=False,
+        help="table (default), json, jsonl, csv, md or sql (docs/output.md).")] = None,
+    json_out: JsonOption = False,
     db: DbOption = None,
 ) -> None:
-    """Every stored bench result over time: run, date, host, commit, t/s."""
-    from strata.compare import history as run_history
-    from strata.views.compare import history_table
+    """Every stored bench result over time: run, date, host, strata's commit, t/s, and the
+    llama.cpp commit it ran on.
 
-    out.print(history_table(run_history(open_store(db), model, backend, test)))
+    Reads the database only: nothing is created or written. -o json/jsonl/csv/sql print
+    every field of each result (bench's records, plus its run).
+
+    [bold]Examples[/bold]
+      strata history                             [dim]# everything, oldest first[/dim]
+      strata history synthetic:tiny@q8_0 -B llamacpp --test tg128
+      strata history -o csv > history.csv
+      strata history -o sql | sqlite3 llama-bench.db  [dim]# llama-bench's test table[/dim]
+    """
+    from strata.compare import history as run_history
+    from strata.views.compare import HISTORY_FIELDS, history_table
+
+    fmt = output_format(fmt, json_out, (*CHOICES, "sql"))
+    conn = read_store(db)
+    if conn is None:
+        raise InputError(f"{no_store(db)}: run strata bench first")
+    rows = run_history(conn, model, backend, test)
+    records = [h.to_record() for h in rows]
+    if fmt == "sql":
+        from strata.store.export import FORMATS
+
+        out.file.write(FORMATS["sql"](records))
+        return
+    emit(out, fmt, records, md_columns=HISTORY_FIELDS,
+         table=lambda: out.print(history_table(rows)))
 
 
 @app.command()
@@ -72,7 +113,7 @@ def report(
     sustained runs and throttling, quantisation frontier, fit table.
 
     No scripts, fonts or network requests: the file opens offline and can be shared as is.
-    A section without data says which command fills it.
+    A section without data says which command fills it. The database is only read.
 
     [bold]Examples[/bold]
       strata report                          [dim]# writes ./report.html[/dim]
@@ -80,7 +121,10 @@ def report(
     """
     from strata.commands.report import open_report, run_report
 
-    outcome = run_report(open_store(db), out_path)
+    conn = read_store(db)
+    if conn is None:
+        raise InputError(f"{no_store(db)}: run strata probe or strata bench first")
+    outcome = run_report(conn, out_path)
     out.print(outcome.summary(), highlight=False, soft_wrap=True, markup=False)
     if open_it and not open_report(outcome.path):
         err.print(f"could not start a browser: open {outcome.path} by hand", markup=False)
@@ -106,7 +150,9 @@ def quality(
     max_chunks: Annotated[int, typer.Option(
         "--max-chunks", metavar="K", help="Score only the first K chunks (bounds the time).")]
     = 32,
-    json_out: Annotated[bool, typer.Option("--json", help="Print the results as JSON.")] = False,
+    fmt: FormatOption = None,
+    json_out: JsonOption = False,
+    progress: ProgressOption = None,
     db: DbOption = None,
 ) -> None:
     """What a quantisation costs: perplexity; with --ref, KL, top-1 and the speed ratio.
@@ -118,12 +164,15 @@ def quality(
       strata quality synthetic:smollm2-135m@q8_0          [dim]# perplexity, default text[/dim]
       strata quality model-q4_0.gguf --ref model-f16.gguf  [dim]# KL, top-1, speed ratio[/dim]
       strata quality model.gguf --backend both --ctx 256   [dim]# llama.cpp vs PyTorch[/dim]
-      strata quality model.gguf --text my.txt --max-chunks 64 --json
+      strata quality model.gguf --text my.txt --max-chunks 64 -o json
     """
+    fmt = output_format(fmt, json_out)
+    if progress is not None:
+        set_progress(progress)
     conn = open_store(db)  # fail on a bad --db before tokenising or loading anything
     from strata.commands.quality import quality_main
 
-    quality_main(model, ref, text, ctx, backend, max_chunks, json_out, conn, out, err)
+    quality_main(model, ref, text, ctx, backend, max_chunks, False, conn, out, err, fmt=fmt)
 
 
 @app.command()
@@ -143,7 +192,8 @@ def fit(
     backend: Annotated[str, typer.Option("--backend", "-B",
                                          help=f"{' or '.join(names(fit=True))}.")]
     = "llamacpp",
-    json_out: Annotated[bool, typer.Option("--json", help="Print everything as JSON.")] = False,
+    fmt: FormatOption = None,
+    json_out: JsonOption = False,
     db: DbOption = None,
 ) -> None:
     """Will MODEL fit on this machine, with how much context, and how fast would it run?
@@ -151,17 +201,19 @@ def fit(
     Per device: weights (exact per-tensor bytes), KV cache (grouped-query aware), buffers and
     overhead (the rules are printed), the verdict with the -ngl to pass to llama.cpp, the
     largest context and the quantisations that fit. Predicted t/s = this host's measured
-    roofline x the median η of its past bench results (else a stated prior).
+    roofline x the median η of its past bench results (else a stated prior). The database is
+    only read.
 
     [bold]Examples[/bold]
       strata fit synthetic:llama-3.1-8b@q4_0 --ctx 32768
       strata fit model.gguf --kv-type q8_0 --batch 4
-      strata fit ./hf-model-dir --backend torch --json
+      strata fit ./hf-model-dir --backend torch -o json
     """
-    conn = open_store(db)
+    fmt = output_format(fmt, json_out)
+    conn = read_store(db)  # fail on a bad --db before reading the model
     from strata.commands.fit import print_fit, run_fit
 
     report = run_fit(conn, model, ctx=ctx, batch=batch, kv_type=kv_type, backend=backend,
                      console=err)
-    print_fit(report, json_out, out)
+    print_fit(report, fmt, out)
 

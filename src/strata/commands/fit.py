@@ -2,13 +2,14 @@
 
 The prediction needs this host's roofline: fit reads the stored one (from `strata probe
 --measure` or any earlier `strata bench`) and does not measure it itself — planning stays a
-few seconds of metadata reading; without a roofline the output says what to run.
+few seconds of metadata reading; without a roofline the output says what to run. It writes
+nothing: the DB is only read (this host is probed, not stored).
 """
 
 from __future__ import annotations
 
-import json
 import sqlite3
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 
@@ -18,17 +19,22 @@ from strata.measure.roofline import Roofline
 from strata.models.source import resolve
 from strata.store.hosts import latest_measurement
 
+if TYPE_CHECKING:
+    from strata.host import Host
 
-def run_fit(conn: sqlite3.Connection, ref: str, *, ctx: int | None, batch: int,
+
+def run_fit(conn: sqlite3.Connection | None, ref: str, *, ctx: int | None, batch: int,
             kv_type: str | None, backend: str, console: Console) -> FitReport:
-    """Plan `ref` on this host (ctx None: DEFAULT_CTX). InputError (exit 2) for bad flags or
-    an unreadable model, raised before the host is probed."""
-    from strata.host import this_host
+    """Plan `ref` on this host (ctx None: DEFAULT_CTX) from what `conn` holds (None: no DB
+    yet, an empty store). Nothing is written. InputError (exit 2) for bad flags or an
+    unreadable model, raised before the host is probed."""
+    from strata.store.db import empty_db
 
     options = FitOptions(ctx=DEFAULT_CTX if ctx is None else ctx, batch=batch, kv_type=kv_type,
                          backend=backend)
     model = resolve(ref)  # metadata only: a synthetic preset is not materialised
-    host = this_host(conn, console)
+    conn = conn if conn is not None else empty_db()
+    host = _this_host(conn, console)
     profile, fingerprint = host.profile, host.fingerprint
     stored = latest_measurement(conn, fingerprint, "roofline")
     roofline = Roofline.from_dict(stored) if stored else None
@@ -41,12 +47,26 @@ def run_fit(conn: sqlite3.Connection, ref: str, *, ctx: int | None, batch: int,
     return report
 
 
-def print_fit(report: FitReport, json_out: bool, out: Console) -> None:
-    """JSON with everything, or the table, predictions, rules and notes (all part of the
-    answer, so all on stdout)."""
-    if json_out:
-        out.file.write(json.dumps(report.to_dict(), indent=2) + "\n")
-        return
+def _this_host(conn: sqlite3.Connection, console: Console) -> Host:
+    """This host, probed (no smoke test) but not stored: fit only reads the DB."""
+    from strata.hardware.probe import probe_host
+    from strata.host import Host
+
+    with console.status("probing host…"):
+        profile = probe_host(smoke=False)
+    return Host(conn, profile, profile.fingerprint())
+
+
+def print_fit(report: FitReport, fmt: str, out: Console) -> None:
+    """fmt: table (the table, predictions, rules and notes: all part of the answer, so all on
+    stdout), json (everything), jsonl, csv or md (one record per device)."""
+    from strata.cli.output import emit
+
+    emit(out, fmt, report.records(), document=report.to_json(),
+         table=lambda: _print_table(report, out))
+
+
+def _print_table(report: FitReport, out: Console) -> None:
     from strata.views.fit import fit_table, note_lines, prediction_lines, section_table
 
     out.print(fit_table(report))

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import json
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
@@ -47,28 +47,50 @@ def _scored(prepared: Prepared, backend: str, config: QualityConfig,
                            progress=lambda done, _n: bar.update(task, completed=done))
 
 
-def print_results(results: list[QualityResult], json_out: bool, out: Console,
-                  err: Console) -> None:
-    from strata.views.quality import frontier_line, notes, quality_table
+def quality_record(stored: dict[str, Any]) -> dict[str, Any]:
+    """A stored quality result (QualityResult.to_dict) in the output vocabulary
+    (docs/output.md): flat, the model as model_filename, speeds as *_ts, times as *_s."""
+    r = dict(stored)
+    ci, speed, text = r.pop("ppl_ci95"), r.pop("speed") or {}, r.pop("text")
+    out = {"model_filename": r.pop("model"), "ref_filename": r.pop("ref"),
+           "backend": r.pop("backend"), "n_ctx": r.pop("ctx"), "n_chunks": r.pop("n_chunks"),
+           "n_tokens": r.pop("n_tokens"), "ppl": r.pop("ppl"), "ppl_sd": r.pop("ppl_sd"),
+           "ppl_ci95_low": ci[0] if ci else None, "ppl_ci95_high": ci[1] if ci else None}
+    out.update((k, r.pop(k)) for k in ("ref_ppl", "delta_ppl", "kl", "kl_median", "kl_p99",
+                                        "kl_max", "top1", "speed_ratio", "chunk_nll"))
+    out.update({"decode_ts": speed.get("model_tps"), "ref_decode_ts": speed.get("ref_tps"),
+                "speed_backend": speed.get("backend"), "speed_test": speed.get("test"),
+                "text_name": text["name"], "text_sha256": text["sha256"],
+                "text_tokens": text["tokens"], "time_s": r.pop("seconds")})
+    out.update(r)  # tokenizer, model_label, ref_label, scoring, info
+    return out
 
-    records = [r.to_dict() for r in results]
-    if json_out:
-        out.file.write(json.dumps(records, indent=2, default=str) + "\n")
-        return
-    out.print(quality_table(records))
-    for r in records:
-        if r["ref"] is not None:
-            out.print(frontier_line(r), highlight=False, markup=False)
-    for line in notes(records):  # model names and text paths as typed: escaped
-        err.print(f"[dim]note[/dim] {escape(line)}", highlight=False)
+
+def print_results(results: list[QualityResult], fmt: str, out: Console,
+                  err: Console) -> None:
+    """fmt: table, json, jsonl, csv or md."""
+    from strata.cli.output import emit
+    from strata.views.quality import MD_FIELDS, frontier_line, notes, quality_table
+
+    stored = [r.to_dict() for r in results]
+
+    def table() -> None:
+        out.print(quality_table(stored))
+        for r in stored:
+            if r["ref"] is not None:
+                out.print(frontier_line(r), highlight=False, markup=False)
+        for line in notes(stored):  # model names and text paths as typed: escaped
+            err.print(f"[dim]note[/dim] {escape(line)}", highlight=False)
+
+    emit(out, fmt, [quality_record(r) for r in stored], table=table, md_columns=MD_FIELDS)
 
 
 def quality_main(model: str, ref: str | None, text: Path | None, ctx: int, backend: str,
                  max_chunks: int, json_out: bool, conn: sqlite3.Connection, out: Console,
-                 err: Console) -> list[QualityResult]:
-    """What the CLI command calls: run, store, print."""
+                 err: Console, fmt: str | None = None) -> list[QualityResult]:
+    """What the CLI command calls: run, store, print (fmt, else json_out: json or table)."""
     config = QualityConfig(model=model, ref=ref, text=text, ctx=ctx, backend=backend,
                            max_chunks=max_chunks)
     results = run_quality_command(conn, config, err)
-    print_results(results, json_out, out, err)
+    print_results(results, fmt or ("json" if json_out else "table"), out, err)
     return results

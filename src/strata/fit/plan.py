@@ -92,6 +92,64 @@ class FitReport:
                 "prediction_absent": self.prediction_absent, "rules": self.rules,
                 "notes": self.notes, "sections": [s.to_dict() for s in self.sections]}
 
+    def to_json(self) -> dict[str, Any]:
+        """`strata fit -o json`: everything, in the output vocabulary (docs/output.md).
+        (to_dict is the internal form the HTML report reads.)"""
+        o = self.options
+        return {"model": _model_json(self.model),
+                "options": {"n_ctx": o.ctx, "n_parallel": o.batch, "kv_type": o.kv_type,
+                            "backend": o.backend},
+                "host": self.host, "fingerprint": self.fingerprint,
+                "devices": [_device_json(r) for r in self.rows],
+                "quantisations": [asdict(q) for q in self.quants],
+                "predictions": [p.to_json() for p in self.predictions],
+                "prediction_absent": self.prediction_absent, "rules": self.rules,
+                "notes": self.notes, "sections": [s.to_dict() for s in self.sections]}
+
+    def records(self) -> list[dict[str, Any]]:
+        """One flat record per device (fit's -o jsonl/csv/md): memory, verdict, -ngl, the
+        largest context and the predicted pp/tg t/s of bench's default tests there."""
+        head = {"model_filename": self.model["ref"], "backend": self.options.backend,
+                "n_ctx": self.options.ctx, "n_parallel": self.options.batch,
+                "type_k": self.model["kv_type"], "type_v": self.model["kv_type"]}
+        return [{**head, **_device_json(r), **self._predicted(r.budget.device)}
+                for r in self.rows]
+
+    def _predicted(self, device: str) -> dict[str, float | None]:
+        mine = [p for p in self.predictions if p.device == device and "@" not in p.test]
+        by_phase = {p.phase: p.tps for p in mine}
+        return {"predicted_prefill_ts": by_phase.get("prefill"),
+                "predicted_decode_ts": by_phase.get("decode")}
+
+
+MODEL_FIELDS = {"ref": "model_filename", "params": "model_n_params",
+                "weight_bytes": "model_size"}  # internal name -> output name (llama-bench's)
+
+
+def _model_json(model: dict[str, Any]) -> dict[str, Any]:
+    out = {MODEL_FIELDS.get(k, k): v for k, v in model.items() if k != "kv_type"}
+    return {**out, "type_k": model["kv_type"], "type_v": model["kv_type"]}
+
+
+def _memory_json(prefix: str, mem: dict[str, int] | None) -> dict[str, int | None]:
+    keys = ("weights", "kv", "buffers", "overhead", "total")
+    return {f"{prefix}{k}_bytes": (mem or {}).get(k) for k in keys}
+
+
+def _device_json(row: DeviceFit) -> dict[str, Any]:
+    """A device row, flat: bytes as *_bytes, -ngl as n_gpu_layers; `host_*_bytes` is the RAM
+    a GPU row also needs (None on the CPU's own row)."""
+    d = row.to_dict()
+    placement = d.pop("placement")
+    out = {"device": d.pop("device"), "kind": d.pop("kind"), "name": d.pop("name"),
+           "available_bytes": d.pop("available"), "available_basis": d.pop("available_basis"),
+           "verdict": d.pop("verdict"), "verdict_text": d.pop("verdict_text"),
+           "reason": d.pop("reason"), "n_layers": d.pop("n_layers"),
+           "n_gpu_layers": placement["ngl"], "blocks_on_device": placement["blocks"],
+           "output_layer_on_device": placement["output_layer"],
+           **_memory_json("", placement["device"]), **_memory_json("host_", placement["host"])}
+    return {**out, **d}  # max_ctx, max_ctx_is_model_limit, quants_that_fit, notes
+
 
 def _model_summary(model: ResolvedModel, rt: Runtime) -> dict[str, Any]:
     s = rt.spec

@@ -159,6 +159,20 @@ class Prediction:
         out["eta"]["spread"] = self.eta.spread
         return out
 
+    def to_json(self) -> dict[str, Any]:
+        """The output vocabulary (docs/output.md): t/s as *_ts, η a number, its basis and
+        the results it rests on beside it as eta_*."""
+        e = self.eta
+        return {"device": self.device, "test": self.test, "phase": self.phase,
+                "ceiling_ts": self.ceiling_tps, "eta": e.value, "predicted_ts": self.tps,
+                "predicted_low_ts": self.low_tps, "predicted_high_ts": self.high_tps,
+                "eta_low": e.low, "eta_high": e.high, "eta_n": e.n, "eta_spread": e.spread,
+                "eta_basis": e.basis,
+                "eta_sources": [{"result_id": s.result_id, "run_id": s.run_id,
+                                 "model_filename": s.model, "test": s.test, "eta": s.eta}
+                                for s in e.sources],
+                "eta_left_out": list(e.left_out)}
+
 
 def tests_for(ctx: int) -> list[BenchTest]:
     """What to predict: bench's default pp and tg, and tg near a full context."""

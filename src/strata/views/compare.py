@@ -41,12 +41,24 @@ def compare_table(pairs: list[Pair], label_a: str, label_b: str) -> Table:
 
 def history_table(rows: list[HistoryRow]) -> Table:
     t = Table(title="Bench history", title_justify="left")
-    for col in ("run", "date", "status", "host", "commit", "model", "backend", "test", "t/s"):
+    for col in HISTORY_COLUMNS:
         t.add_column(col)
     for h in rows:
         r = h.result
         value = r.metrics.get(primary_metric(r), {})
         tps = f"{value['mean']:,.2f} ± {value.get('sd', 0):,.2f}" if value else "-"
         t.add_row(str(r.run_id), h.started_at, h.status, h.fingerprint[:8],
-                  *map(plain, (h.git_commit or "-", r.model, r.backend, r.test)), tps)
+                  *map(plain, (h.git_commit or "-", r.model, r.backend, r.test)), tps,
+                  plain(h.build_commit or "-"))
     return t
+
+
+# Whose commit each is: strata's checkout when the run was made; the llama.cpp build the
+# result ran on (llama-bench's build_commit; "-" for other backends).
+HISTORY_COLUMNS = ("run", "date", "status", "host", "strata commit", "model", "backend", "test",
+                   "t/s", "llama.cpp commit")
+# -o md: the table's columns, by their record field names
+HISTORY_FIELDS = ("run_id", "run_started_at", "run_status", "fingerprint", "strata_commit",
+                  "model_filename", "backend", "test", "avg_ts", "stddev_ts", "build_commit")
+COMPARE_FIELDS = ("model_filename", "backend_a", "backend_b", "test", "avg_ts_a", "avg_ts_b",
+                  "speedup", "p_value", "significant")

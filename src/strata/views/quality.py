@@ -89,3 +89,8 @@ def notes(records: list[Record]) -> list[str]:
                      "activations (q8_0) while torch computes in float32")
         lines.append(line)
     return lines
+
+
+# -o md: the table's figures, by their record field names (docs/output.md)
+MD_FIELDS = ("model_filename", "backend", "ppl", "ppl_sd", "ref_ppl", "delta_ppl", "kl",
+             "kl_p99", "top1", "n_tokens", "n_chunks", "n_ctx", "time_s")
