@@ -11,6 +11,7 @@ import typer
 from rich.markup import escape
 
 from strata.cli import DbOption, app, check_positive, err, open_store, out
+from strata.cli.helptext import reflowed
 from strata.errors import InputError
 from strata.kernels.dialects import DIALECTS
 from strata.kernels.spec import all_specs
@@ -22,17 +23,22 @@ DIALECT_NAMES = ", ".join(DIALECTS)
 
 kernels_app = typer.Typer(
     name="kernels", no_args_is_help=True, rich_markup_mode="rich",
+    context_settings={"help_option_names": ["-h", "--help"]},
     help="Kernel lab: verify, benchmark and dispatch kernels per hardware dialect "
     f"({DIALECT_NAMES}) against the torch baselines.")
 app.add_typer(kernels_app)
 
 OpArg = Annotated[str | None, typer.Argument(
-    metavar="[OP]", help=f"{OPS} (default: all).", show_default=False)]
+    metavar="OP", help=f"{OPS} (default: all).", show_default=False)]
 ImplOption = Annotated[str | None, typer.Option(
     "--impl", help="One implementation of OP: a dialect name or dialect.variant (dialects: "
     f"{DIALECT_NAMES}; `strata kernels list OP` shows them).", show_default=False)]
 FormatOption = Annotated[str, typer.Option(
-    "--format", "-o", help="table (default), md, csv, json or jsonl.")]
+    "--format", "-o", metavar="FORMAT", show_default=False,
+    help="Output: table (default), md, csv, json or jsonl.")]
+TimeoutOption = Annotated[float, typer.Option(
+    "--timeout", metavar="SECONDS", help="Sandbox seconds per implementation: the sandbox "
+    "kills it after that.")]
 
 
 def _check_format(fmt: str) -> None:
@@ -50,8 +56,12 @@ def _kernel_session(db: Path | None):  # -> commands.kernels.Session
 
 
 @kernels_app.command("list")
+@reflowed
 def kernels_list(op: OpArg = None, fmt: FormatOption = "table", db: DbOption = None) -> None:
     """Ops x dialects x implementations: available here, verification status, best speedup.
+
+    Built-in kernels ship with strata; external ones come from `strata kernels add` (origin
+    external) and go with `strata kernels remove`. Verdicts and speedups are this host's.
 
     [bold]Examples[/bold]
       strata kernels list
@@ -69,13 +79,13 @@ def kernels_list(op: OpArg = None, fmt: FormatOption = "table", db: DbOption = N
 
 
 @kernels_app.command("verify")
+@reflowed
 def kernels_verify(
     op: OpArg = None,
     impl: ImplOption = None,
     force: Annotated[bool, typer.Option("--force", help="Verify again even when this host "
                                         "has a verdict for this exact source.")] = False,
-    timeout: Annotated[float, typer.Option("--timeout", help="Seconds per implementation "
-                                           "before the sandbox kills it.")] = 300.0,
+    timeout: TimeoutOption = 300.0,
     fmt: FormatOption = "table",
     db: DbOption = None,
 ) -> None:
@@ -117,6 +127,7 @@ def kernels_verify(
 
 
 @kernels_app.command("bench")
+@reflowed
 def kernels_bench(
     op: OpArg = None,
     impl: ImplOption = None,
@@ -126,8 +137,9 @@ def kernels_bench(
     compile_: Annotated[bool, typer.Option("--compile/--no-compile", help="Also time "
                                            "torch.compile (compiles per shape: slow on CPU).")]
     = True,
-    max_time: Annotated[float, typer.Option("--max-time", help="Seconds of timed calls per "
-                                            "contender and shape.")] = 0.5,
+    max_time: Annotated[float, typer.Option("--max-time", metavar="SECONDS", help="Seconds "
+                                            "of timed calls per contender and shape.")]
+    = 0.5,
     cache: Annotated[str, typer.Option("--cache", help="cold: flush the caches before every "
                                        "call (default); warm: calls back to back, as in a "
                                        "decode loop.")] = "cold",
@@ -186,6 +198,7 @@ def kernels_bench(
 
 
 @kernels_app.command("explain")
+@reflowed
 def kernels_explain(
     op: Annotated[str, typer.Argument(metavar="OP", help="The op to dispatch.")],
     device: Annotated[str, typer.Option("--device", help="cpu, cuda:0, rocm:0, …")] = "cpu",
@@ -194,6 +207,9 @@ def kernels_explain(
     db: DbOption = None,
 ) -> None:
     """Which implementation dispatch picks for OP here, and why each other one was not.
+
+    The decision trace: every implementation of OP with the reason it was taken or passed
+    over (not verified here, needs a device or ISA this host lacks, slower than torch).
 
     [bold]Examples[/bold]
       strata kernels explain rmsnorm
@@ -214,30 +230,34 @@ def kernels_explain(
 
 
 @kernels_app.command("add")
+@reflowed
 def kernels_add(
     file: Annotated[Path, typer.Argument(metavar="FILE", help="One kernel source with a "
                                          "'strata-kernel: op=… dialect=… entry=…' line.")],
     bench: Annotated[bool, typer.Option("--bench/--no-bench", help="Benchmark it after it "
                                         "verifies.")] = True,
-    timeout: Annotated[float, typer.Option("--timeout", help="Sandbox seconds.")] = 300.0,
+    timeout: TimeoutOption = 300.0,
     db: DbOption = None,
 ) -> None:
     """Register an external kernel (hand-written or model-written): static check, sandboxed
     verification, benchmark; dispatch uses it when it wins.
 
-    The file declares itself (docs/kernels-abi.md), e.g. a first line
+    The file declares itself, e.g. a first line
     [bold]// strata-kernel: op=rmsnorm dialect=c entry=strata_rmsnorm requires=avx2,fma[/bold].
     It must not call the vendor op, patch the timer or harness, start threads, streams or
-    processes, or touch files or the network. Exit code 1 if it is rejected.
+    processes, or touch files or the network. Exit code 1 if it is rejected. The kernel ABI
+    (each op's inputs, outputs and parameters; each dialect's calling convention) ships with
+    strata: `strata kernels abi` prints it. `strata kernels remove NAME` undoes an add.
 
     [bold]Examples[/bold]
       strata kernels add my_rmsnorm.c
       strata kernels add softmax_kernel.py --no-bench
     """
-    from strata.commands.kernels import add_kernel, judge_added
+    from strata.commands.kernels import abi_path, add_kernel, judge_added, read_external
     from strata.views.kernels import bench_table, render_decision, render_failures, verdict_table
 
     check_positive("--timeout", timeout)
+    read_external(file)  # a file without a valid declaration fails before the host probe
     s = _kernel_session(db)
     with err.status(f"verifying {escape(str(file))}…") as status:
         outcome = add_kernel(s, file, timeout_s=timeout,
@@ -245,6 +265,8 @@ def kernels_add(
     out.print(verdict_table([outcome.verdict]))
     render_failures(err, [outcome.verdict])
     if not outcome.registered:
+        err.print(f"not registered; the kernel ABI: {abi_path()}", markup=False,
+                  highlight=False, soft_wrap=True)
         raise typer.Exit(1)
     if outcome.compiled_only:
         err.print(f"{outcome.impl.key}: registered; it compiles but runs only where its device "
@@ -259,3 +281,50 @@ def kernels_add(
     for decision in outcome.decisions:
         render_decision(out, decision)
 
+
+
+@kernels_app.command("remove")
+@reflowed
+def kernels_remove(
+    name: Annotated[str, typer.Argument(metavar="NAME", help="An added kernel, as `strata "
+                                        "kernels list` names it (c.ext.my_rmsnorm), or "
+                                        "OP/NAME.")],
+    db: DbOption = None,
+) -> None:
+    """Undo `strata kernels add`: forget the kernel, its verdicts and benchmark rows, and
+    delete the private copy of its source (your own file is left alone).
+
+    Dispatch no longer sees it. Built-in kernels cannot be removed (exit code 2, as for a
+    name that was never added).
+
+    [bold]Examples[/bold]
+      strata kernels remove c.ext.my_rmsnorm
+      strata kernels remove rmsnorm/c.ext.my_rmsnorm
+    """
+    from strata.commands.kernels import remove_kernel
+
+    for r in remove_kernel(open_store(db), name):
+        copies = f"; deleted {', '.join(r.files)}" if r.files else ""
+        out.print(f"removed {r.key} (added from {r.origin_path}): {r.results} result row(s)"
+                  f"{copies}", markup=False, highlight=False, soft_wrap=True)
+
+
+@kernels_app.command("abi")
+@reflowed
+def kernels_abi(
+    path: Annotated[bool, typer.Option("--path", help="Print the installed "
+                                       "document's path, not its text.")] = False,
+) -> None:
+    """The kernel ABI: what a kernel source must declare, receive and do (Markdown).
+
+    Each op's inputs, output and parameters, each dialect's calling convention and what a
+    compiled kernel may link to: the contract `strata kernels add` checks a file against.
+
+    [bold]Examples[/bold]
+      strata kernels abi | less
+      strata kernels abi --path
+    """
+    from strata.commands.kernels import abi_path
+
+    where = abi_path()
+    sys.stdout.write(f"{where}\n" if path else where.read_text("utf-8"))

@@ -70,13 +70,38 @@ def run_verify(s: Session, impls: list[Implementation], *, force: bool, timeout_
 
 # -- add ---------------------------------------------------------------------------------------
 
-def add_external(s: Session, path: Path) -> Implementation:
-    """A private copy of an external kernel, ready to verify (registered only if it passes:
-    see `register_external`)."""
+def abi_path() -> Path:
+    """The kernel ABI document shipped with the package (what `kernels add` expects of a
+    source file; `strata kernels abi` prints it). docs/kernels-abi.md is the same text."""
+    from importlib.resources import files
+
+    return Path(str(files("strata.kernels") / "ABI.md"))
+
+
+def _abi_error(exc: InputError) -> InputError:
+    """A declaration error names the ABI document where it is installed, not a path in a
+    source checkout the user may not have."""
+    text, where = str(exc), str(abi_path())
+    return InputError(text.replace("docs/kernels-abi.md", where) if "docs/kernels-abi.md" in text
+                      else f"{text} (the kernel ABI: {where})")
+
+
+def read_external(path: Path) -> Implementation:
+    """An external kernel file's declaration, checked (InputError naming the ABI document)
+    before anything slow runs: `kernels add` calls it before probing the host."""
     if not path.is_file():
         what = "is a directory" if path.is_dir() else "not found"
         raise InputError(f"FILE {path}: {what} (give the path of one kernel source file)")
-    probe = from_source(path, origin="external")
+    try:
+        return from_source(path, origin="external")
+    except InputError as exc:
+        raise _abi_error(exc) from None
+
+
+def add_external(s: Session, path: Path) -> Implementation:
+    """A private copy of an external kernel, ready to verify (registered only if it passes:
+    see `register_external`)."""
+    probe = read_external(path)
     stem = path.name.split(".")[0]
     name = f"{probe.dialect}.ext.{stem}"
     digest = hashlib.sha256(path.read_bytes()).hexdigest()[:12]
@@ -97,6 +122,49 @@ def register_external(s: Session, impl: Implementation, origin_path: Path) -> No
     save_external(s.conn, ExternalImpl(impl.key, impl.op, impl.name, impl.dialect,
                                        str(impl.source), str(origin_path.resolve()),
                                        impl.content_hash(), _now()))
+
+
+@dataclass
+class Removed:
+    """What `strata kernels remove` undid."""
+
+    key: str
+    origin_path: str
+    results: int  # verification and benchmark rows deleted
+    files: list[str]  # the private copies deleted
+
+
+def remove_kernel(conn: sqlite3.Connection, name: str) -> list[Removed]:
+    """Undo `strata kernels add` (or `kernels generate --register`): the registration, its
+    verification and benchmark rows, and the private copy of its source. NAME is the
+    implementation name `strata kernels list` shows (c.ext.my_rmsnorm) or OP/NAME.
+    InputError for a built-in kernel or a name that was never added."""
+    from strata.kernels.impl import builtin_implementations
+    from strata.kernels.registry import COMPILE, EAGER
+    from strata.store.kernels import find_external, list_external, remove_external
+
+    found = find_external(conn, name)
+    if not found:
+        builtin = {EAGER, COMPILE} | {n for i in builtin_implementations()
+                                      for n in (i.name, i.key)}
+        if name in builtin:
+            raise InputError(f"NAME {name}: a built-in kernel ships with strata and cannot be "
+                             "removed (only kernels added with `strata kernels add`)")
+        added = [e.name for e in list_external(conn)]
+        raise InputError(f"NAME {name}: no kernel added under this name (added: "
+                         f"{', '.join(added) if added else 'none'}; `strata kernels list` "
+                         "shows them as origin external)")
+    removed = []
+    for ext in found:
+        results = remove_external(conn, ext)
+        copy, files = Path(ext.path), []
+        still_used = any(e.path == ext.path for e in list_external(conn))
+        # only the private copy `add` wrote, never the user's own file
+        if copy.is_file() and not still_used and copy != Path(ext.origin_path):
+            copy.unlink()
+            files.append(str(copy))
+        removed.append(Removed(ext.key, ext.origin_path, results, files))
+    return removed
 
 
 # -- list --------------------------------------------------------------------------------------

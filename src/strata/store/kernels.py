@@ -100,10 +100,21 @@ def list_external(conn: sqlite3.Connection) -> list[ExternalImpl]:
     return [ExternalImpl(**dict(zip(r.keys(), tuple(r), strict=True))) for r in rows]
 
 
-def remove_external(conn: sqlite3.Connection, key: str) -> bool:
+def find_external(conn: sqlite3.Connection, name: str) -> list[ExternalImpl]:
+    """Registered kernels called `name`: a key ("rmsnorm/c.ext.mine") or an implementation
+    name ("c.ext.mine", which may be registered for several ops)."""
+    return [e for e in list_external(conn) if name in (e.key, e.name)]
+
+
+def remove_external(conn: sqlite3.Connection, ext: ExternalImpl) -> int:
+    """Forget an added kernel: its registration and every verification/benchmark row of
+    it, in one transaction. Returns the number of result rows deleted."""
     with transaction(conn):
-        return conn.execute("DELETE FROM kernel_impls WHERE key=?", (key,)).rowcount > 0
+        conn.execute("DELETE FROM kernel_impls WHERE key=?", (ext.key,))
+        return conn.execute("DELETE FROM kernel_results WHERE op=? AND impl=?",
+                            (ext.op, ext.name)).rowcount
 
 
-__all__ = ["ExternalImpl", "KernelResult", "_now", "latest_bench", "latest_verification",
-           "list_external", "remove_external", "save_external", "save_kernel_results"]
+__all__ = ["ExternalImpl", "KernelResult", "_now", "find_external", "latest_bench",
+           "latest_verification", "list_external", "remove_external", "save_external",
+           "save_kernel_results"]
