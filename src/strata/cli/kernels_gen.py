@@ -10,39 +10,54 @@ import typer
 from rich.markup import escape
 
 from strata.cli import DbOption, check_positive, err, open_store, out
+from strata.cli.helptext import reflowed
 from strata.cli.kernels import DIALECT_NAMES, OPS, _check_format, kernels_app
 from strata.errors import InputError
 
-EndpointOption = Annotated[str, typer.Option(
-    "--endpoint", help="OpenAI-compatible base URL: llama-server http://127.0.0.1:8080/v1, "
-    "Ollama http://127.0.0.1:11434/v1, vLLM, LM Studio or a hosted API.", show_default=False)]
-DialectOption = Annotated[str, typer.Option("--dialect", help=f"{DIALECT_NAMES}.")]
-DeviceOption = Annotated[str | None, typer.Option(
-    "--device", help="cpu, cuda:0, … (default: cpu for c; the first GPU, else cpu, for the "
-    "others).", show_default=False)]
-TurnsOption = Annotated[int, typer.Option("--turns", help="Turns per conversation: each "
-                                          "verdict goes back as the next message.")]
-SamplesOption = Annotated[int, typer.Option("--samples", help="Independent conversations.")]
-SkillOption = Annotated[str | None, typer.Option(
-    "--skill", help="A skill folder (SKILL.md + skill.json) or builtin:<dialect>, added to "
-    "the prompt.", show_default=False)]
-KeyOption = Annotated[str | None, typer.Option(
-    "--api-key-env", help="Environment variable holding the API key (read at run time; "
-    "never stored or printed).", show_default=False)]
-TempOption = Annotated[float, typer.Option("--temperature", help="Sampling temperature.")]
-TimeoutOption = Annotated[float, typer.Option("--timeout", help="Sandbox seconds per "
-                                              "candidate.")]
-StreamOption = Annotated[bool, typer.Option("--stream/--no-stream", help="Stream replies "
-                                            "(server-sent events).")]
-RequestTimeoutOption = Annotated[float, typer.Option(
-    "--request-timeout", help="Seconds a model may stay silent before the request is retried "
-    "(3 retries, then the run stops).")]
-MaxTokensOption = Annotated[int | None, typer.Option(
-    "--max-tokens", help="Cap on reply tokens (default: the server's).", show_default=False)]
-BenchOption = Annotated[bool, typer.Option("--bench/--no-bench", help="Benchmark correct "
-                                           "candidates (needs the roofline; measured first "
-                                           "if missing).")]
+# Options come in panels: each is its own table, so its columns fit its own names and the
+# help texts keep room at 80 columns.
+MODEL_PANEL, SEARCH_PANEL, JUDGE_PANEL = "Model server", "Search", "Judging"
 
+EndpointOption = Annotated[str, typer.Option(
+    "--endpoint", metavar="URL", rich_help_panel=MODEL_PANEL, show_default=False,
+    help="OpenAI-compatible base URL: llama-server, Ollama (port 11434), vLLM, LM Studio or "
+    "a hosted API.")]
+DialectOption = Annotated[str, typer.Option("--dialect", rich_help_panel=SEARCH_PANEL,
+                                            help=f"Dialect to write: {DIALECT_NAMES}.")]
+DeviceOption = Annotated[str | None, typer.Option(
+    "--device", rich_help_panel=SEARCH_PANEL, show_default=False,
+    help="cpu, cuda:0, … (default: cpu for c; for the others the first GPU, else cpu).")]
+TurnsOption = Annotated[int, typer.Option("--turns", rich_help_panel=SEARCH_PANEL,
+                                          help="Turns per conversation: each verdict goes "
+                                          "back as the next message.")]
+SamplesOption = Annotated[int, typer.Option("--samples", rich_help_panel=SEARCH_PANEL,
+                                            help="Independent conversations per op.")]
+SkillOption = Annotated[str | None, typer.Option(
+    "--skill", rich_help_panel=SEARCH_PANEL, show_default=False,
+    help="A skill added to the prompt: a folder (SKILL.md + skill.json) or builtin:<dialect>.")]
+KeyOption = Annotated[str | None, typer.Option(
+    "--api-key-env", metavar="VAR", rich_help_panel=MODEL_PANEL, show_default=False,
+    help="Environment variable with the API key (read at run time, never stored).")]
+TempOption = Annotated[float, typer.Option("--temperature", rich_help_panel=MODEL_PANEL,
+                                           help="Temperature of the sampling (0 to 2).")]
+TimeoutOption = Annotated[float, typer.Option("--timeout", metavar="SECONDS",
+                                              rich_help_panel=JUDGE_PANEL,
+                                              help="Sandbox seconds per candidate.")]
+StreamOption = Annotated[bool, typer.Option("--stream/--no-stream", rich_help_panel=MODEL_PANEL,
+                                            help="Ask for streamed replies (server-sent events).")]
+RequestTimeoutOption = Annotated[float, typer.Option(
+    "--request-timeout", metavar="SECONDS", rich_help_panel=MODEL_PANEL,
+    help="How long a model may stay silent before the request is retried (3 retries, then "
+    "the run stops).")]
+MaxTokensOption = Annotated[int | None, typer.Option(
+    "--max-tokens", metavar="N", rich_help_panel=MODEL_PANEL, show_default=False,
+    help="Most tokens per reply; default: the server's limit.")]
+BenchOption = Annotated[bool, typer.Option("--bench/--no-bench", rich_help_panel=JUDGE_PANEL,
+                                           help="Benchmark correct candidates against this "
+                                           "host's roofline (measured first when missing).")]
+ModelOption = Annotated[str | None, typer.Option(
+    "--model", metavar="MODEL", rich_help_panel=MODEL_PANEL, show_default=False,
+    help="Model name (default: the server's first).")]
 
 def _check_counts(turns: int, samples: int, temperature: float) -> None:
     check_positive("--turns", turns)
@@ -98,11 +113,11 @@ class _Board:
 
 
 @kernels_app.command("generate")
+@reflowed
 def kernels_generate(
     op: Annotated[str, typer.Argument(metavar="OP", help=f"{OPS}.")],
     endpoint: EndpointOption,
-    model: Annotated[str | None, typer.Option("--model", help="Model name (default: the "
-                                              "server's first).", show_default=False)] = None,
+    model: ModelOption = None,
     dialect: DialectOption = "c",
     device: DeviceOption = None,
     turns: TurnsOption = 6,
@@ -110,16 +125,18 @@ def kernels_generate(
     skill: SkillOption = None,
     api_key_env: KeyOption = None,
     temperature: TempOption = 0.7,
-    register: Annotated[bool, typer.Option("--register/--no-register", help="Register the "
-                                           "best correct kernel for dispatch (as `kernels "
-                                           "add`).")] = True,
+    register: Annotated[bool, typer.Option("--register/--no-register",
+                                           rich_help_panel=JUDGE_PANEL, help="Register the "
+                                           "best correct kernel for dispatch (the door of "
+                                           "`strata kernels add`).")] = True,
     bench: BenchOption = True,
     timeout: TimeoutOption = 120.0,
     stream: StreamOption = False,
     max_tokens: MaxTokensOption = None,
     request_timeout: RequestTimeoutOption = 300.0,
-    fmt: Annotated[str, typer.Option("--format", "-o", help="table (default), md, csv, json "
-                                     "or jsonl: the attempts.")] = "table",
+    fmt: Annotated[str, typer.Option("--format", "-o", metavar="FORMAT", show_default=False,
+                                     help="table (default), or the attempts as md, csv, "
+                                     "json or jsonl.")] = "table",
     db: DbOption = None,
 ) -> None:
     """A language model writes OP for this hardware dialect; the lab judges every reply.
@@ -137,8 +154,9 @@ def kernels_generate(
 
     [bold]Examples[/bold]
       strata kernels generate rmsnorm --endpoint http://127.0.0.1:8080/v1
-      strata kernels generate softmax --endpoint http://127.0.0.1:11434/v1 --skill builtin:c
-      strata kernels generate matmul --endpoint https://api.example.com/v1 --api-key-env KEY
+      strata kernels generate rope --endpoint http://localhost:11434/v1   [dim]# Ollama[/dim]
+      strata kernels generate softmax --endpoint $URL --skill builtin:c
+      strata kernels generate matmul --endpoint $URL --api-key-env MY_API_KEY
     """
     from strata.commands.kernels import default_jobs, session
     from strata.kernels.gen.loop import GenConfig, generate
@@ -199,21 +217,28 @@ def _show_generate(result: Any, fmt: str) -> None:
 
 
 @kernels_app.command("attempts")
+@reflowed
 def kernels_attempts(
-    op: Annotated[str | None, typer.Argument(metavar="[OP]", help="Only this op.",
+    op: Annotated[str | None, typer.Argument(metavar="OP", help="Only this op.",
                                              show_default=False)] = None,
     run: Annotated[str | None, typer.Option("--run", help="Only this generate/eval run.",
                                             show_default=False)] = None,
-    model: Annotated[str | None, typer.Option("--model", help="Only this model.",
-                                              show_default=False)] = None,
+    model: Annotated[str | None, typer.Option("--model", metavar="MODEL",
+                                              help="Only this model.", show_default=False)]
+    = None,
     export: Annotated[Path | None, typer.Option(
-        "--export", help="Write the attempts (prompt, reply, code, verdict) as JSON lines, "
-        "for `kernels eval --replay` elsewhere.", show_default=False)] = None,
-    fmt: Annotated[str, typer.Option("--format", "-o", help="table (default), md, csv, json "
-                                     "or jsonl.")] = "table",
+        "--export", metavar="FILE", help="Write the attempts (prompt, reply, code, verdict) "
+        "as JSON lines, to replay elsewhere with `strata kernels eval --replay FILE`.",
+        show_default=False)] = None,
+    fmt: Annotated[str, typer.Option("--format", "-o", metavar="FORMAT", show_default=False,
+                                     help="table (default), md, csv, json or jsonl.")]
+    = "table",
     db: DbOption = None,
 ) -> None:
     """Every stored model reply: run, sample, turn, status, tokens, latency, speedup.
+
+    Replies of `strata kernels generate` and `strata kernels eval`, newest last; --export
+    writes them whole (prompt, reply, code, verdict) for a replay on another host.
 
     [bold]Examples[/bold]
       strata kernels attempts rmsnorm
@@ -235,15 +260,17 @@ def kernels_attempts(
 
 
 @kernels_app.command("eval")
+@reflowed
 def kernels_eval(
     endpoint: Annotated[str | None, typer.Option(
-        "--endpoint", help="OpenAI-compatible base URL serving the models (not needed with "
-        "--replay).", show_default=False)] = None,
+        "--endpoint", metavar="URL", rich_help_panel=MODEL_PANEL, show_default=False,
+        help="OpenAI-compatible base URL serving the models (not needed with --replay).")]
+    = None,
     models: Annotated[str | None, typer.Option(
-        "--models", help="Comma-separated model names (default: the server's first).",
-        show_default=False)] = None,
-    ops: Annotated[str, typer.Option("--ops", help=f"all, or a comma list of: {OPS}.")]
-    = "all",
+        "--models", metavar="MODELS", rich_help_panel=MODEL_PANEL, show_default=False,
+        help="Comma-separated model names (default: the server's first).")] = None,
+    ops: Annotated[str, typer.Option("--ops", rich_help_panel=SEARCH_PANEL,
+                                     help=f"all, or a comma list of: {OPS}.")] = "all",
     dialect: DialectOption = "c",
     device: DeviceOption = None,
     samples: SamplesOption = 4,
@@ -252,14 +279,15 @@ def kernels_eval(
     api_key_env: KeyOption = None,
     temperature: TempOption = 0.7,
     replay: Annotated[Path | None, typer.Option(
-        "--replay", help="Re-score recorded replies (`kernels attempts --export`) on this "
-        "host without calling any model.", show_default=False)] = None,
+        "--replay", metavar="FILE", rich_help_panel=JUDGE_PANEL, show_default=False,
+        help="Re-score recorded replies (`strata kernels attempts --export FILE`) on this "
+        "host, without calling any model.")] = None,
     bench: BenchOption = True,
     timeout: TimeoutOption = 120.0,
     stream: StreamOption = False,
     request_timeout: RequestTimeoutOption = 300.0,
-    fmt: Annotated[str, typer.Option("--format", "-o", help="table (default), md or json.")]
-    = "table",
+    fmt: Annotated[str, typer.Option("--format", "-o", metavar="FORMAT", show_default=False,
+                                     help="table (default), md or json.")] = "table",
     db: DbOption = None,
 ) -> None:
     """A leaderboard of models as kernel writers, measured by execution on this host.
@@ -277,8 +305,8 @@ def kernels_eval(
     does not change dispatch. Stored; `strata report` shows it.
 
     [bold]Examples[/bold]
-      strata kernels eval --endpoint http://127.0.0.1:8080/v1 --ops rmsnorm,softmax
-      strata kernels eval --endpoint http://127.0.0.1:11434/v1 --models a,b --samples 2
+      strata kernels eval --endpoint http://127.0.0.1:8080/v1 --ops rmsnorm,rope
+      strata kernels eval --endpoint $URL --models qwen3,gemma3 --samples 2
       strata kernels eval --replay transcripts.jsonl --bench
     """
     from strata.commands.kernels import default_jobs, session

@@ -10,11 +10,15 @@ from typing import Annotated
 import typer
 
 from strata.cli import DbOption, app, err, open_store, out
+from strata.cli.helptext import reflowed
 from strata.cli.kernels_gen import (
+    MODEL_PANEL,
+    SEARCH_PANEL,
     BenchOption,
     DeviceOption,
     DialectOption,
     KeyOption,
+    MaxTokensOption,
     SamplesOption,
     StreamOption,
     TempOption,
@@ -28,6 +32,7 @@ from strata.errors import InputError
 
 skills_app = typer.Typer(
     name="skills", no_args_is_help=True, rich_markup_mode="rich",
+    context_settings={"help_option_names": ["-h", "--help"]},
     help="Skills: a teacher model's know-how for writing kernels in one dialect, handed to "
     "a student model and measured by execution (with vs without).")
 app.add_typer(skills_app)
@@ -42,8 +47,17 @@ def _ops(text: str | None) -> list[str] | None:
 
 
 @skills_app.command("list")
+@reflowed
 def skills_list() -> None:
-    """The built-in skills (one per dialect): `--skill builtin:<dialect>`."""
+    """The built-in skills, one per dialect: `--skill builtin:<dialect>`.
+
+    Each line: the reference to pass to --skill, its source hash, its length in words and
+    the ops its teacher studied (the others are held out for `strata skills eval`).
+
+    [bold]Examples[/bold]
+      strata skills list
+      strata kernels generate rope --endpoint $URL --skill builtin:c
+    """
     from strata.kernels.skills import builtin_dialects, load_skill
 
     for d in builtin_dialects():
@@ -54,24 +68,26 @@ def skills_list() -> None:
 
 
 @skills_app.command("write")
+@reflowed
 def skills_write(
-    teacher: Annotated[str, typer.Option("--teacher", help="The teacher's OpenAI-compatible "
-                                         "base URL.", show_default=False)],
+    teacher: Annotated[str, typer.Option("--teacher", metavar="URL", show_default=False,
+                                         rich_help_panel=MODEL_PANEL,
+                                         help="The teacher's OpenAI-compatible base URL.")],
     dest: Annotated[Path, typer.Argument(metavar="DIR", help="Folder to write SKILL.md and "
                                          "skill.json into.")],
     teacher_model: Annotated[str | None, typer.Option(
-        "--teacher-model", help="Model name (default: the server's first).",
-        show_default=False)] = None,
+        "--teacher-model", metavar="MODEL", rich_help_panel=MODEL_PANEL, show_default=False,
+        help="Model name (default: the server's first).")] = None,
     dialect: DialectOption = "c",
     device: DeviceOption = None,
     train_ops: Annotated[str, typer.Option(
-        "--train-ops", help="Ops whose built-ins the teacher studies; the rest are held out "
-        "for `skills eval`.")] = "rmsnorm,softmax,matmul",
+        "--train-ops", rich_help_panel=SEARCH_PANEL, help="Ops whose built-ins the teacher "
+        "studies; the others are held out for `strata skills eval`.")]
+    = "rmsnorm,softmax,matmul",
     name: Annotated[str | None, typer.Option("--name", help="Skill name (default: the "
-                                             "folder's).", show_default=False)] = None,
+                                             "folder's name).", show_default=False)] = None,
     api_key_env: KeyOption = None,
-    max_tokens: Annotated[int | None, typer.Option("--max-tokens", show_default=False,
-                                                   help="Cap on the reply.")] = None,
+    max_tokens: MaxTokensOption = None,
     db: DbOption = None,
 ) -> None:
     """A teacher model writes a skill from the lab's verified built-ins.
@@ -81,7 +97,8 @@ def skills_write(
     date, host fingerprint, train ops and source hashes.
 
     [bold]Examples[/bold]
-      strata skills write my-c-skill --teacher http://127.0.0.1:8080/v1 --train-ops rmsnorm,matmul
+      strata skills write my-c-skill --teacher http://127.0.0.1:8080/v1
+      strata skills write my-skill --teacher $URL --train-ops rmsnorm,matmul
     """
     from strata.commands.kernels import session
     from strata.kernels.skills.teach import write_skill
@@ -102,19 +119,22 @@ def skills_write(
 
 
 @skills_app.command("eval")
+@reflowed
 def skills_eval(
     skill: Annotated[str, typer.Argument(metavar="SKILL", help="A skill folder or "
                                          "builtin:<dialect>.")],
-    student: Annotated[str, typer.Option("--student", help="The student's OpenAI-compatible "
-                                         "base URL.", show_default=False)],
+    student: Annotated[str, typer.Option("--student", metavar="URL", show_default=False,
+                                         rich_help_panel=MODEL_PANEL,
+                                         help="The student's OpenAI-compatible base URL.")],
     student_model: Annotated[str | None, typer.Option(
-        "--student-model", help="Model name (default: the server's first).",
-        show_default=False)] = None,
+        "--student-model", metavar="MODEL", rich_help_panel=MODEL_PANEL, show_default=False,
+        help="Model name (default: the server's first).")] = None,
     ops: Annotated[str | None, typer.Option(
-        "--ops", help="Held-out ops (default: every op not in the skill's train ops).",
-        show_default=False)] = None,
+        "--ops", rich_help_panel=SEARCH_PANEL, show_default=False,
+        help="Held-out ops (default: every op outside the skill's train ops).")] = None,
     dialect: Annotated[str | None, typer.Option(
-        "--dialect", help="Default: the skill's dialect.", show_default=False)] = None,
+        "--dialect", rich_help_panel=SEARCH_PANEL, show_default=False,
+        help="Dialect to write (default: the skill's own).")] = None,
     device: DeviceOption = None,
     samples: SamplesOption = 4,
     turns: TurnsOption = 4,
@@ -123,8 +143,8 @@ def skills_eval(
     bench: BenchOption = True,
     timeout: TimeoutOption = 120.0,
     stream: StreamOption = False,
-    fmt: Annotated[str, typer.Option("--format", "-o", help="table (default), md or json.")]
-    = "table",
+    fmt: Annotated[str, typer.Option("--format", "-o", metavar="FORMAT", show_default=False,
+                                     help="table (default), md or json.")] = "table",
     db: DbOption = None,
 ) -> None:
     """Measure a skill on a student model, with and without it, by execution.
@@ -139,7 +159,8 @@ def skills_eval(
     bound is below 0; else [bold]no measurable effect[/bold].
 
     [bold]Examples[/bold]
-      strata skills eval builtin:c --student http://127.0.0.1:8080/v1 --ops layernorm,rope
+      strata skills eval builtin:c --student http://127.0.0.1:8080/v1
+      strata skills eval ./my-skill --student $URL --ops layernorm,rope
     """
     from strata.commands.kernels import default_jobs, session
     from strata.kernels.gen.evaluate import EvalConfig

@@ -16,11 +16,16 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from strata.cli import DbOption, app, err, open_store, out
+from strata.cli.helptext import reflowed
 from strata.errors import InputError
 from strata.train.presets import DEFAULT_PRESET, PRESETS
 
+Opt = typer.Option
+
 _PRESETS = ", ".join(f"{n} ({p.model.hidden} wide, {p.model.n_layers} layers, ctx "
                      f"{p.model.ctx}, {p.steps} steps)" for n, p in PRESETS.items())
+# Option panels: each is its own table, so its columns fit its own names (80 columns).
+DATA, HARDWARE, RUN = "Model and data", "Hardware", "Run"
 _FROM_CHECKPOINT = ("preset", "data", "batch", "accum", "seed", "out", "kernels", "dtype")
 
 
@@ -152,50 +157,58 @@ def _print_result(r: Any) -> None:
 
 
 @app.command()
+@reflowed
 def train(
-    data: Annotated[list[Path] | None, typer.Option(
-        "--data", metavar="PATH", help="Text files or folders to train on (repeatable; every "
-        "UTF-8 file under a folder). Default: the embedded corpus (CPython's pydoc topics "
-        "and standard-library docstrings, ~1.7 MB, offline).", show_default=False)] = None,
-    preset: Annotated[str | None, typer.Option(help=f"Model and schedule size: {_PRESETS}. "
-                                               f"Default {DEFAULT_PRESET}.",
-                                               show_default=False)] = None,
-    steps: Annotated[int | None, typer.Option(help="Optimizer steps (default: the preset's; "
-                                              "with --resume: a new total).",
-                                              show_default=False)] = None,
-    batch: Annotated[int | None, typer.Option(help="Sequences per micro-step, all processes "
-                                              "together (default: the preset's).",
-                                              show_default=False)] = None,
-    accum: Annotated[int | None, typer.Option(help="Micro-steps of gradient accumulation per "
-                                              "optimizer step.", show_default=False)] = None,
-    eval_every: Annotated[int | None, typer.Option(help="Validate every N steps.",
-                                                   show_default=False)] = None,
-    ckpt_every: Annotated[int | None, typer.Option(help="Checkpoint every N steps (and on "
-                                                   "Ctrl-C).", show_default=False)] = None,
-    device: Annotated[str, typer.Option(help="cpu, cuda or cuda:N.")] = "cpu",
-    dtype: Annotated[str | None, typer.Option(help="float32 (default) or bfloat16 (mixed "
-                                              "precision, float32 weights).",
-                                              show_default=False)] = None,
-    kernels: Annotated[str | None, typer.Option(help="Ops of the model: lab (the kernel "
-                                                "lab's verified kernels) or torch (plain "
-                                                "PyTorch, the parity twin). Default: lab for "
-                                                "float32 on the CPU (its C kernels are "
-                                                "float32), else torch.",
-                                                show_default=False)] = None,
-    seed: Annotated[int | None, typer.Option(help="Seed of the split, the initial weights "
-                                             "and the batches (default 0).",
-                                             show_default=False)] = None,
-    threads: Annotated[int | None, typer.Option(help="CPU threads (default: torch's; under "
-                                                "torchrun the cores shared by the ranks).",
-                                                show_default=False)] = None,
-    out_dir: Annotated[Path | None, typer.Option(
-        "--out", metavar="DIR", help="Run folder (default $STRATA_HOME/train/run-<id>).",
-        show_default=False)] = None,
-    resume: Annotated[str | None, typer.Option(metavar="RUN", help="Continue run RUN (its "
-                                               "id, or its folder) from its checkpoint.",
-                                               show_default=False)] = None,
-    export: Annotated[bool, typer.Option("--export/--no-export", help="Write the Hugging "
-                                         "Face folder and the GGUF at the end.")] = True,
+    data: Annotated[list[Path] | None, Opt(
+        "--data", metavar="PATH", rich_help_panel=DATA, show_default=False,
+        help="Text files or folders to train on (repeatable; every UTF-8 file under a folder). "
+        "Default: the embedded corpus (CPython's pydoc topics and standard-library docstrings, "
+        "~1.7 MB, offline).")] = None,
+    preset: Annotated[str | None, Opt(
+        rich_help_panel=DATA, show_default=False,
+        help=f"Model and schedule size: {_PRESETS}. Default {DEFAULT_PRESET}.")] = None,
+    steps: Annotated[int | None, Opt(
+        rich_help_panel=DATA, show_default=False,
+        help="Optimizer steps (default: the preset's; with --resume: the new total).")] = None,
+    batch: Annotated[int | None, Opt(
+        rich_help_panel=DATA, show_default=False,
+        help="Sequences per micro-step, all processes together (default: the preset's).")]
+    = None,
+    accum: Annotated[int | None, Opt(
+        rich_help_panel=DATA, show_default=False,
+        help="Micro-steps of gradient accumulation in each optimizer step.")] = None,
+    seed: Annotated[int | None, Opt(
+        rich_help_panel=DATA, show_default=False,
+        help="Seed of the split, the initial weights and the batches (default 0).")] = None,
+    device: Annotated[str, Opt(rich_help_panel=HARDWARE, help="cpu, cuda or cuda:N.")] = "cpu",
+    dtype: Annotated[str | None, Opt(
+        rich_help_panel=HARDWARE, show_default=False,
+        help="float32 (default) or bfloat16 (mixed precision, float32 weights).")] = None,
+    kernels: Annotated[str | None, Opt(
+        rich_help_panel=HARDWARE, show_default=False,
+        help="Ops of the model: lab (the kernel lab's verified kernels) or torch (plain "
+        "PyTorch, the parity twin). Default: lab for float32 on the CPU (its C kernels are "
+        "float32), else torch.")] = None,
+    threads: Annotated[int | None, Opt(
+        rich_help_panel=HARDWARE, show_default=False,
+        help="CPU threads (default: torch's; under torchrun the cores shared by the ranks).")]
+    = None,
+    eval_every: Annotated[int | None, Opt(
+        metavar="N", rich_help_panel=RUN, show_default=False,
+        help="Validate every N steps.")] = None,
+    ckpt_every: Annotated[int | None, Opt(
+        metavar="N", rich_help_panel=RUN, show_default=False,
+        help="Save a checkpoint every N steps (and on Ctrl-C).")] = None,
+    out_dir: Annotated[Path | None, Opt(
+        "--out", metavar="DIR", rich_help_panel=RUN, show_default=False,
+        help="Run folder; default $STRATA_HOME/train/run-<id> (a new folder per run).")]
+    = None,
+    resume: Annotated[str | None, Opt(
+        metavar="RUN", rich_help_panel=RUN, show_default=False,
+        help="Continue run RUN (its id, or its folder) from its checkpoint.")] = None,
+    export: Annotated[bool, Opt(
+        "--export/--no-export", rich_help_panel=RUN,
+        help="Write the Hugging Face folder and the GGUF at the end.")] = True,
     db: DbOption = None,
 ) -> None:
     """Train a small Llama from scratch, then export it (Hugging Face + GGUF) for bench and
@@ -205,12 +218,12 @@ def train(
     per byte; a progress bar with loss, tokens/s, MFU (against this host's measured matmul
     peak) and ETA; checkpoints every N steps and on Ctrl-C (resume exactly with --resume).
     The run, its loss curve and its outputs are stored; `strata report` draws the curves.
-    Data-parallel: torchrun --nproc-per-node 2 -m strata.train [same flags].
+    Data-parallel: torchrun --nproc-per-node 2 -m strata.train \\[same flags].
 
     [bold]Examples[/bold]
-      strata train                              [dim]# embedded corpus, preset tiny, cpu[/dim]
+      strata train                       [dim]# embedded corpus, preset tiny, cpu[/dim]
       strata train --data ~/notes --preset small --steps 2000
-      strata train --resume 7                   [dim]# after Ctrl-C[/dim]
+      strata train --resume 7            [dim]# after Ctrl-C[/dim]
     """
     from strata.train.distributed import world_from_env
     from strata.train.run import check, load_documents, make_ops
