@@ -2,6 +2,8 @@
 
 `strata.kernels.get(op)` returns the fastest verified implementation for this host and
 device (or the torch reference, reported as a fallback) together with its decision trace.
+The `strata kernels` commands as functions: `implementations()` (list), `verify()`,
+`add(path)`, `remove(name)`; `abi_path()` is the kernel ABI document shipped with strata.
 Heavy pieces (torch, compilers, the DB) load lazily.
 """
 
@@ -119,4 +121,60 @@ def get(op: str, device: str = "cpu", db: Path | None = None) -> Choice:
     return Choice(resolve(op, device, host.conn, host.fingerprint, host.caps), get_spec(op))
 
 
-__all__ = ["Choice", "get"]
+def _session(db: Path | None) -> Any:  # -> strata.commands.kernels.Session
+    from strata.commands.kernels import session
+
+    return session(db=db)
+
+
+def implementations(op: str | None = None, db: Path | None = None) -> list[dict[str, Any]]:
+    """`strata kernels list`: one dict per implementation of `op` (None: every op) with
+    op, impl, dialect, requires, available (here), verified (this host's verdict or "-"),
+    speedup over torch eager (geomean over shapes, with its range) and origin (builtin or
+    external)."""
+    from strata.commands.kernels import list_records
+
+    return list_records(_session(db), op)
+
+
+def verify(op: str | None = None, impl: str | None = None, *, force: bool = False,
+           timeout_s: float = 300.0, db: Path | None = None) -> list[Any]:
+    """`strata kernels verify`: prove implementations of `op` (or one, `impl` such as
+    "c.avx2") correct in the sandbox; returns one Verdict per implementation (`.status`
+    pass, fail or compiled; `.to_dict()`). Verdicts are stored and reused per source."""
+    from strata.commands.kernels import run_verify, select
+
+    s = _session(db)
+    return run_verify(s, select(op, impl, s.conn), force=force, timeout_s=timeout_s,
+                      progress=lambda _m: None)
+
+
+def add(path: str | Path, *, timeout_s: float = 300.0, db: Path | None = None) -> Any:
+    """`strata kernels add --no-bench`: static check and sandboxed verification of an
+    external kernel source (its declaration line follows `abi_path()`); registered for
+    dispatch only if it passes. Returns the outcome (`.registered`, `.verdict`, `.impl`)."""
+    from strata.commands.kernels import add_kernel
+
+    return add_kernel(_session(db), Path(path), timeout_s=timeout_s, progress=lambda _m: None)
+
+
+def remove(name: str, db: Path | None = None) -> list[Any]:
+    """`strata kernels remove`: undo `add` for implementation `name` ("c.ext.my_rmsnorm" or
+    "rmsnorm/c.ext.my_rmsnorm"): registration, stored results and the private copy of its
+    source. InputError for a built-in kernel or a name never added."""
+    from strata.commands.kernels import remove_kernel
+    from strata.paths import default_db_path
+    from strata.store import open_db
+
+    return remove_kernel(open_db(db or default_db_path()), name)
+
+
+def abi_path() -> Path:
+    """The kernel ABI (Markdown) installed with strata: each op's inputs, output and
+    parameters, each dialect's calling convention, what a kernel may link to."""
+    from strata.commands.kernels import abi_path as path
+
+    return path()
+
+
+__all__ = ["Choice", "abi_path", "add", "get", "implementations", "remove", "verify"]
