@@ -4,7 +4,7 @@
     host = strata.probe()                       # HostProfile: CPU, GPUs, software, verdicts
     rows = strata.bench("synthetic:smollm2-135m@q4_0", backend="llamacpp", n_prompt=64,
                         n_gen=16, reps=1)       # llama-bench-style records, stored
-    plan = strata.fit("model.gguf", ctx=32768)  # FitReport: per device, .to_dict()
+    plan = strata.fit("model.gguf", ctx=32768)  # FitReport: per device, .to_json()
     ppl = strata.quality("model-q4_0.gguf", ref="model-f16.gguf")
     strata.kernels.get("rmsnorm")               # the kernel lab (strata/kernels/__init__.py)
 
@@ -123,7 +123,7 @@ def fit(model: str, *, ctx: int | None = None, batch: int = 1, kv_type: str | No
     ctx: tokens per sequence (None: 4096); batch: parallel sequences; kv_type: llama.cpp's
     KV cache type (f16, q8_0, q4_0); backend: llamacpp, torch or lab. Returns the FitReport
     (per-device memory, verdict, largest context, predicted t/s from this host's roofline);
-    `.to_dict()` is `strata fit --json`.
+    `.to_json()` is what `strata fit -o json` prints.
     """
     from strata.commands.fit import run_fit
 
@@ -137,7 +137,8 @@ def quality(model: str, *, ref: str | None = None, text: Path | str | None = Non
     """What a quantisation costs (`strata quality`): perplexity of `model` on `text` (default:
     the stdlib's pydoc topics, offline), and with `ref` (same vocabulary) KL divergence,
     top-1 agreement and the decode speed ratio. One result per backend (backend="both"
-    scores on llama.cpp and PyTorch); each is stored. `result.to_dict()` is the JSON row.
+    scores on llama.cpp and PyTorch); each is stored. `result.to_dict()` is the stored row;
+    strata.commands.quality.quality_record(result.to_dict()) what `-o json` prints.
     """
     from strata.commands.quality import run_quality_command
     from strata.quality.run import QualityConfig
