@@ -152,3 +152,16 @@ def select_results(conn: sqlite3.Connection, where: str = "",
     sql = ("SELECT results.* FROM results JOIN runs ON runs.id = results.run_id"
            + (f" WHERE {where}" if where else "") + " ORDER BY results.id")
     return [_result(row) for row in conn.execute(sql, list(args)).fetchall()]
+
+
+def discard_empty_run(conn: sqlite3.Connection, run_id: int) -> bool:
+    """Delete a run that stored no result (nothing ran, or it failed before its first test
+    finished): a run row without results records nothing. True if it was deleted; a run
+    that other rows still reference is kept."""
+    try:
+        with transaction(conn):
+            cur = conn.execute("DELETE FROM runs WHERE id = ? AND NOT EXISTS"
+                               " (SELECT 1 FROM results WHERE run_id = ?)", (run_id, run_id))
+    except sqlite3.IntegrityError:
+        return False
+    return cur.rowcount > 0
