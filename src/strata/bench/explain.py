@@ -3,10 +3,13 @@
 
 decode ceiling (t/s) = measured bandwidth / bytes read per decoded token
 prefill ceiling (t/s) = measured FLOP/s / FLOPs per prompt token
-η = achieved / ceiling. η < 0.4 is suspect (offload, wrong backend, throttling) — unless
-other processes were using the CPUs meanwhile (a busy host, issue 10 §1): then the verdict
-names the busy host first; η > 1.05 means our model of the bytes is wrong, or the stored
-peak is low (the runner re-measures it) — reported, never hidden.
+η = achieved / ceiling. η < 0.4 is suspect (partial offload where an accelerator's roofline
+judges the test, a slow backend path, too few threads, throttling) — unless other processes
+were using the CPUs meanwhile (a busy host, issue 10 §1): then the verdict names the busy
+host first; η > 1.05 means our model of the bytes is wrong, or the stored peak is low (the
+runner re-measures it) — reported, never hidden. A decode whose bytes per token fit in the
+CPU's last-level cache gets one statement instead (its DRAM ceiling does not apply), never a
+"fault" verdict beside a "DRAM does not bound it" one (issue 17).
 """
 
 from __future__ import annotations
@@ -87,13 +90,9 @@ def explain(spec: ModelSpec, test: BenchTest, roof: DeviceRoofline, kv_type: str
     ex.bound = _bound(ex, test)
     if host_load is not None and host_load.busy:
         ex.host_busy, ex.host_busy_share = host_load.verdict, host_load.busy_share
-    ex.verdict = _verdicts(ex)
     ex.cache_resident = bool(cache_bytes and ex.bytes_per_token < cache_bytes
                              and roof.device == "cpu")
-    if ex.cache_resident and cache_bytes:
-        ex.verdict.insert(0, f"the {ex.bytes_per_token / 2**20:.1f} MiB read per token fit in "
-                          f"the {cache_bytes / 2**20:.0f} MiB last-level cache: DRAM bandwidth "
-                          "does not bound this model, per-token overhead does")
+    ex.verdict = _verdicts(ex, cache_bytes if ex.cache_resident else None)
     ex.basis = [f"bytes/token from {len(spec.tensors)} tensors' stored types"
                 + (f" at runtime dtype {runtime_dtype}" if runtime_dtype else "")
                 + f" + KV {kv_type} at context {int(mid_ctx)}",
@@ -143,30 +142,57 @@ def busy_slowdown(share: float) -> float:
     return min(1.0 / max(1.0 - share, 1e-9), MAX_BUSY_SLOWDOWN)
 
 
-def _busy_low(phase: str, eta: float, busy: str, share: float) -> str:
+def _suspects(device: str) -> str:
+    """What can make a test far slower than its roofline. Partial offload only where the
+    test was judged against an accelerator's roofline: on the CPU nothing was offloaded."""
+    if device == "cpu":
+        return "a slow backend path for this dtype, too few threads, or throttling"
+    return "partial offload, a slow backend path for this dtype, or throttling"
+
+
+def _busy_low(phase: str, eta: float, busy: str, share: float, device: str = "cpu") -> str:
     """A low η on a busy host: name the host first; say whether it can explain all of it."""
     quiet = eta * busy_slowdown(share)
     if quiet >= ETA_LOW:
         return (f"{phase} η {eta:.2f} < {ETA_LOW}: {busy} — that explains a low η (a quiet host "
                 f"would allow up to about {quiet:.2f}); re-run on a quiet host before "
-                "suspecting partial offload, a slow backend path or throttling")
+                f"suspecting {_suspects(device)}")
     return (f"{phase} η {eta:.2f} < {ETA_LOW}: {busy}, but even a quiet host would leave η "
-            f"below about {quiet:.2f}: also suspect partial offload, a slow backend path for "
-            "this dtype, or throttling (re-run on a quiet host to tell them apart)")
+            f"below about {quiet:.2f}: also suspect {_suspects(device)} (re-run on a quiet "
+            "host to tell them apart)")
 
 
-def _verdicts(ex: Explanation) -> list[str]:
+def _cache_verdict(ex: Explanation, cache_bytes: int) -> str:
+    """One statement for a decode whose bytes fit in the last-level cache: its ceiling assumes
+    DRAM bandwidth, which does not bound it, so η says nothing about faults here."""
+    fits = (f"the {ex.bytes_per_token / 2**20:.1f} MiB read per token fit in the "
+            f"{cache_bytes / 2**20:.0f} MiB last-level cache")
+    eta = ex.decode_eta or 0.0
+    if eta > ETA_HIGH:
+        why = "served from cache, it beats the DRAM ceiling"
+    elif eta < ETA_LOW:
+        why = "per-token overhead, not DRAM bandwidth, bounds it"
+    else:
+        why = "DRAM bandwidth does not bound it, per-token overhead or cache bandwidth does"
+    return (f"decode η {eta:.2f} is measured against DRAM bandwidth, but {fits}: {why}; "
+            "a model larger than the cache gives a meaningful η")
+
+
+def _verdicts(ex: Explanation, cache_bytes: int | None = None) -> list[str]:
     out = []
+    if cache_bytes and ex.decode_eta is not None:  # a pp test has no decode to judge
+        out.append(_cache_verdict(ex, cache_bytes))
     for phase, eta in (("decode", ex.decode_eta), ("prefill", ex.prefill_eta)):
-        if eta is None:
+        if eta is None or (phase == "decode" and cache_bytes):
             continue
         if eta > ETA_HIGH:
             out.append(f"{phase} η {eta:.2f} > {ETA_HIGH}: faster than the roofline allows — the "
                        "byte/FLOP model or the measured peak is wrong here (e.g. weights "
                        "served from cache, or a peak measured under load)")
         elif eta < ETA_LOW and ex.host_busy:
-            out.append(_busy_low(phase, eta, ex.host_busy, ex.host_busy_share or 0.0))
+            out.append(_busy_low(phase, eta, ex.host_busy, ex.host_busy_share or 0.0,
+                                 ex.device))
         elif eta < ETA_LOW:
             out.append(f"{phase} η {eta:.2f} < {ETA_LOW}: far below the roofline — suspect "
-                       "partial offload, a slow backend path for this dtype, or throttling")
+                       f"{_suspects(ex.device)}")
     return out
