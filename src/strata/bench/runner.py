@@ -197,7 +197,9 @@ class Runner:
         tele = sampler.summary()
         telemetry = {**tele.to_dict(), "host_load": load.to_dict()}
         info = dict(backend.info())
-        info.update(stop_reason=stop_reason, notes=sorted(notes), tokens=_token_counts(counts),
+        notes |= set(_offload_notes(job, info))
+        info.update(stop_reason=stop_reason, notes=sorted(notes) + spread_notes(metrics, test),
+                    tokens=_token_counts(counts),
                     memory=_memory(tele.to_dict()),
                     energy_j_per_token=_energy_per_token(tele.to_dict(), runs, test),
                     model=_spec(model, job.backend).to_dict() if model.spec
@@ -250,6 +252,8 @@ class Runner:
             return None
         # the backend's own report first; else its descriptor's rule for this load
         device = info.get("device") or describe(job.backend).device(job.load)
+        if device != "cpu" and info.get("gpu_offload_supported") is False:
+            device = "cpu"  # a CPU-only build ignores -ngl: every layer ran on the CPU
         roof = self.roofline.device(device) if self.roofline else None
         if roof is None:
             info["explain_absent"] = f"no measured roofline for {device} on this host"
@@ -271,14 +275,43 @@ def _spec(model: ResolvedModel, backend: str) -> Any:
     return (model.spec_for(fmt) if fmt else None) or model.spec
 
 
+_KINDS = {"hf": "a Hugging Face directory", "gguf": "a GGUF file",
+          "endpoint": "an endpoint (a server)"}
+
+
 def _incompatible(model: ResolvedModel, backend: str) -> str | None:
     accepts = ACCEPTS.get(backend, ())
     # a model a server runs (an endpoint, ollama:NAME) is an endpoint besides its files
     have = tuple(model.artefacts) + (("endpoint",) if model.endpoint else ())
     if not set(accepts) & set(have):
+        others = [name for name, forms in ACCEPTS.items() if set(forms) & set(have)]
+        hint = f" (-B {','.join(others)} can run it)" if others else ""
+        kind = _KINDS.get(model.kind, f"a {model.kind} model")
         return (f"the {backend} backend needs a {' or '.join(accepts)} model; "
-                f"{model.ref} is a {model.kind} model")
+                f"{model.ref} is {kind}{hint}")
     return None
+
+
+def _offload_notes(job: Job, info: dict[str, Any]) -> list[str]:
+    """-ngl N on a build that cannot offload (llama.cpp built for the CPU only): say that
+    nothing was offloaded, so nobody reads these figures as GPU figures."""
+    ngl = job.load.n_gpu_layers
+    if ngl > 0 and info.get("gpu_offload_supported") is False:
+        return [f"-ngl {ngl}: this llama.cpp build cannot offload to a GPU: nothing was "
+                "offloaded, every layer ran on the CPU (judged against the CPU roofline)"]
+    return []
+
+
+def spread_notes(metrics: dict[str, dict[str, Any]], test: BenchTest) -> list[str]:
+    """A note when the test's figure varies more than its mean (SD > mean over n > 1
+    samples): the mean of such samples says little, and every printer should say so."""
+    s = metrics.get(test.primary_metric) or {}
+    mean, sd, n = s.get("mean"), s.get("sd"), s.get("n") or 0
+    if mean is None or sd is None or n < 2 or sd <= mean:
+        return []
+    return [f"SD {sd:,.2f} t/s is larger than the mean {mean:,.2f} t/s over {n} samples: "
+            "they disagree too much for the mean to be trusted; re-run on a quiet host or with "
+            "more repetitions (-r)"]
 
 
 def _stop(runs: list[RunMetrics], test: BenchTest, policy: RepPolicy, spent: float) -> str | None:

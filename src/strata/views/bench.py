@@ -1,4 +1,7 @@
-"""Terminal table of bench results: model, backend, swept settings, test, t/s ± SD, η, bound."""
+"""Terminal table of bench results: model, backend, swept settings, test, t/s ± SD, η, bound.
+
+One sample has no SD: its t/s prints alone, n shows 1. A result whose SD is larger than its
+mean is marked "!" (the runner stores a note saying so with the result)."""
 
 from __future__ import annotations
 
@@ -18,10 +21,20 @@ def _eta(value: float | None) -> Text:
     return Text(f"{value:.2f}", style=style)
 
 
-def _tps(r: dict[str, Any]) -> str:
+def noisy(r: dict[str, Any]) -> bool:
+    """A result whose samples spread wider than their mean: the mean alone misleads."""
+    mean, sd = r.get("avg_ts"), r.get("stddev_ts")
+    return bool(mean is not None and sd is not None and (r.get("n") or 0) > 1 and sd > mean)
+
+
+def _tps(r: dict[str, Any]) -> Text:
+    """Mean ± SD; one sample has no SD (never "± 0.00"); "!" marks an SD above the mean."""
     if r["avg_ts"] is None:
-        return "-"
-    return f"{r['avg_ts']:,.2f} ± {r['stddev_ts'] or 0:,.2f}"
+        return Text("-", style="dim")
+    if (r.get("n") or 0) < 2 or r.get("stddev_ts") is None:
+        return Text(f"{r['avg_ts']:,.2f}")
+    text = f"{r['avg_ts']:,.2f} ± {r['stddev_ts']:,.2f}"
+    return Text(f"{text} !", style="red") if noisy(r) else Text(text)
 
 
 def bench_table(records: list[dict[str, Any]], title: str = "strata bench") -> Table:
