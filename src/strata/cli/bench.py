@@ -15,17 +15,35 @@ from strata.commands.bench_options import (
     build_config,
     command_signature,
 )
-from strata.errors import InputError
+from strata.errors import InputError, StrataError
 
 Opt = typer.Option
 
 
 def bench(**params: Any) -> None:
-    """How fast a model runs here, on llama.cpp, PyTorch or a server, and why (the roofline).
+    """How fast a model runs here, on llama.cpp, PyTorch or a server, and why.
 
-    Tests follow llama-bench: pp<N> prompt processing, tg<M> generation, pp<N>+tg<M>, each
-    optionally @d<D> after D tokens of context. Lists and ranges sweep (-p 128,512 -t 1-2).
-    Every result is stored with the host, versions, full config and raw samples.
+    Tests follow llama-bench: pp<N> prompt processing, tg<M> generation,
+    pp<N>+tg<M>, each optionally @d<D> after D tokens of context. Lists and
+    ranges sweep (-p 128,512 -t 1-2). Every result is stored with the host,
+    versions, full config and raw samples.
+
+    [bold]What the figures mean[/bold]
+      t/s      mean ± SD of n timed repetitions (n=1: no SD; ! marks SD > mean)
+      ceiling  the t/s this host's measured roofline allows for this model and
+               test. Decode (tg, pp+tg): measured memory bandwidth ÷ bytes
+               read per token (weights as stored + KV cache). Prefill (pp):
+               measured matmul FLOP/s ÷ FLOPs per prompt token.
+      η        efficiency: measured t/s ÷ ceiling. 1 is the roofline; below
+               0.4 is flagged (slow path, offload, throttling, busy host);
+               above 1.05 means the byte/FLOP model or the peak is wrong.
+      bound    the resource that limits the test's main phase: memory (bytes
+               per token) or compute (FLOPs), from its FLOPs per byte against
+               the host's ridge point (peak FLOP/s ÷ bandwidth).
+
+    Exit status: 0 done (skipped pairs listed), 1 a test failed (results
+    finished before it are printed and kept), 2 bad input or nothing ran,
+    130 interrupted (finished results printed and kept).
 
     [bold]Examples[/bold]
       strata bench                                   [dim]# embedded synthetic preset[/dim]
@@ -34,8 +52,12 @@ def bench(**params: Any) -> None:
       strata bench http://127.0.0.1:8080 --model-name my-model -p 256 -n 64
     """
     from strata.commands.bench import print_outcome, run_bench
+    from strata.views.console import set_progress
 
     fmt, list_presets, db = params.pop("fmt"), params.pop("list_presets"), params.pop("db")
+    progress = params.pop("progress")
+    if progress is not None:
+        set_progress(progress)  # the command's own flag wins over the root's
     if list_presets:
         _print_presets()
         return
@@ -44,8 +66,21 @@ def bench(**params: Any) -> None:
     config = build_config(BenchFlags(**params))
     outcome = run_bench(open_store(db), config, err)
     print_outcome(outcome, fmt, out, err)
+    if outcome.error is not None:
+        raise _failure(outcome.error)  # after the kept results: they are printed first
+    reason = outcome.nothing_ran()
+    if reason:
+        raise InputError(reason)
     if outcome.status == "incomplete":
         raise typer.Exit(130)
+
+
+def _failure(exc: BaseException) -> BaseException:
+    """The error that stopped a sweep, as the CLI reports it: a StrataError keeps its own
+    message and exit code; anything else is a failure of the thing measured (exit 1)."""
+    if isinstance(exc, StrataError):
+        return exc
+    return StrataError(f"bench stopped: {type(exc).__name__}: {exc}")
 
 
 # The flags are spelled once, in BenchFlags; the command's own are added here.
@@ -55,6 +90,11 @@ bench.__signature__, bench.__annotations__ = command_signature(BenchFlags, [  # 
     inspect.Parameter("list_presets", inspect.Parameter.KEYWORD_ONLY, default=False,
                       annotation=Annotated[bool, Opt("--list-presets", help="List the synthetic "
                                                      "presets and exit.")]),
+    inspect.Parameter("progress", inspect.Parameter.KEYWORD_ONLY, default=None,
+                      annotation=Annotated[bool | None, Opt(
+                          "--progress/--no-progress", show_default=False,
+                          help="Progress on stderr: a live bar on a terminal, one line per "
+                          "finished test otherwise.")]),
     inspect.Parameter("db", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=DbOption)])
 app.command(context_settings={"help_option_names": ["-h", "--help"]})(bench)
 

@@ -21,11 +21,12 @@ from strata.models.source import ResolvedModel
 from strata.store.runs import (
     StoredResult,
     add_result,
+    discard_empty_run,
     finish_run,
     start_run,
     update_explanation,
 )
-from strata.views.console import progress_bar
+from strata.views.console import PlainProgress, progress_bar
 
 # Weights must leave this share of available RAM free for activations, KV cache and the OS.
 RAM_HEADROOM = 0.9
@@ -33,10 +34,27 @@ RAM_HEADROOM = 0.9
 
 @dataclass
 class BenchOutcome:
+    """What a bench run left: its records (stored), skips, and the error that ended it early
+    (None when it ran to its end). run_id is 0 when nothing was stored: a run that finished
+    no test leaves no row."""
+
     run_id: int
     status: str
     records: list[dict[str, Any]] = field(default_factory=list)
     skipped: list[tuple[str, str]] = field(default_factory=list)
+    error: BaseException | None = None
+
+    def nothing_ran(self) -> str | None:
+        """Why no test ran (every model/backend pair skipped), or None if one did."""
+        if self.records or self.error is not None or self.status != "complete":
+            return None
+        if len(self.skipped) == 1:
+            what, why = self.skipped[0]
+            return f"nothing ran: {what}: {why}"
+        if self.skipped:
+            return (f"nothing ran: all {len(self.skipped)} model/backend pairs were skipped "
+                    "(reasons above)")
+        return "nothing ran: the sweep planned no test"
 
 
 def check_fits(models: dict[str, ResolvedModel], profile: HostProfile,
@@ -54,7 +72,9 @@ def check_fits(models: dict[str, ResolvedModel], profile: HostProfile,
                              "quantisation (e.g. @q4_0) or offload with -ngl")
 
 
-def _progress(console: Console, total: int, tests_per_job: list[Any]) -> tuple[Progress, Events]:
+def _progress(console: Console, total: int,
+              tests_per_job: list[Any]) -> tuple[Progress | PlainProgress, Events]:
+    """A live bar on a terminal; piped, one plain line per finished test (or skipped pair)."""
     bar = progress_bar(console)
     task = bar.add_task("starting", total=total)
 
@@ -64,11 +84,32 @@ def _progress(console: Console, total: int, tests_per_job: list[Any]) -> tuple[P
     def rep(job: Job, test: Any, i: int) -> None:
         bar.update(task, description=f"{job.model} · {job.backend} · {test.name} · rep {i}")
 
-    def skipped(_what: str, _why: str) -> None:
-        bar.advance(task, len(tests_per_job))  # listed with the results at the end
+    def done(r: StoredResult) -> None:
+        n = r.metrics.get("e2e_s", {}).get("n")
+        reps = f" · {n} rep{'s' if n != 1 else ''}" if n else ""
+        bar.update(task, description=f"{r.model} · {r.backend} · {r.test}{reps}", advance=1)
 
-    return bar, Events(job_started=started, rep_done=rep,
-                       test_done=lambda _r: bar.advance(task), skipped=skipped)
+    def skipped(what: str, _why: str) -> None:  # the reason is listed with the results
+        bar.update(task, description=f"{what}: skipped", advance=len(tests_per_job))
+
+    return bar, Events(job_started=started, rep_done=rep, test_done=done, skipped=skipped)
+
+
+def warn_no_offload(config: BenchConfig, console: Console) -> None:
+    """-ngl N > 0 for llama.cpp on a build that cannot offload (built for the CPU only):
+    llama.cpp ignores it silently; say so before the run, so nobody reads CPU figures as GPU
+    figures. The results carry the same note."""
+    ngl = max((lc.n_gpu_layers for lc in config.loads), default=0)
+    if ngl <= 0 or "llamacpp" not in config.backends:
+        return
+    try:
+        import llama_cpp
+    except ImportError:
+        return  # the backend is skipped with its own reason
+    if not llama_cpp.llama_supports_gpu_offload():
+        console.print(f"[yellow]warning[/yellow] -ngl {ngl}: this llama.cpp build cannot "
+                      "offload to a GPU (CPU-only build): nothing is offloaded, every layer "
+                      "runs on the CPU", highlight=False)
 
 
 def run_bench(conn: sqlite3.Connection, config: BenchConfig, console: Console) -> BenchOutcome:
@@ -76,6 +117,7 @@ def run_bench(conn: sqlite3.Connection, config: BenchConfig, console: Console) -
     host = this_host(conn, console)
     profile, fingerprint = host.profile, host.fingerprint
     check_fits(models, profile, config)  # before spending time on the roofline
+    warn_no_offload(config, console)
     roof = host.roofline(console)
     run_id = start_run(conn, fingerprint, "bench", sys.argv[1:], config.to_dict())
     done: list[StoredResult] = []
@@ -87,7 +129,7 @@ def run_bench(conn: sqlite3.Connection, config: BenchConfig, console: Console) -
 
     total = len(config.models) * len(config.backends) * len(config.loads) * len(config.tests)
     bar, events = _progress(console, total, config.tests)
-    status = "failed"
+    status, error = "failed", None
     outcome = Outcome()
     try:
         with bar:
@@ -98,11 +140,26 @@ def run_bench(conn: sqlite3.Connection, config: BenchConfig, console: Console) -
         status = "complete"
     except KeyboardInterrupt:
         status = "incomplete"  # Ctrl-C: keep what finished, say so, print it
+    except Exception as exc:  # a later test failed: keep and print what finished, then fail
+        error = exc
     finally:
-        finish_run(conn, run_id, status)
+        run_id = _close_run(conn, run_id, status, len(done), console)
+    return BenchOutcome(run_id, status, [record(r) for r in done],
+                        outcome.skipped, error)
+
+
+def _close_run(conn: sqlite3.Connection, run_id: int, status: str, kept: int,
+               console: Console) -> int:
+    """Mark the run; a run that stored no result is deleted (a refused endpoint or a sweep
+    that skipped everything is not a run). Returns the run id, 0 if deleted."""
+    if not kept and discard_empty_run(conn, run_id):
         if status != "complete":
-            console.print(f"run {run_id} marked {status}: {len(done)} finished result(s) kept")
-    return BenchOutcome(run_id, status, [record(r) for r in done], outcome.skipped)
+            console.print(f"run stopped ({status}) before any test finished: nothing stored")
+        return 0
+    finish_run(conn, run_id, status)
+    if status != "complete":
+        console.print(f"run {run_id} marked {status}: {kept} finished result(s) kept")
+    return run_id
 
 
 def print_outcome(outcome: BenchOutcome, fmt: str, out: Console, err: Console) -> None:
@@ -115,9 +172,10 @@ def print_outcome(outcome: BenchOutcome, fmt: str, out: Console, err: Console) -
             out.print(bench_table(outcome.records, title=f"strata bench · run {outcome.run_id}"))
         for line in notes_lines(outcome.records):  # name models as typed: escaped
             err.print(f"[dim]note[/dim] {escape(line)}", highlight=False)
-    else:
+    elif outcome.records or not (outcome.error or outcome.nothing_ran()):
         out.file.write(FORMATS[fmt](outcome.records))
+        out.file.flush()
+    if outcome.nothing_ran() and len(outcome.skipped) == 1:
+        return  # the caller's one-line error carries the only skip and its reason
     for what, why in outcome.skipped:
         err.print(f"[yellow]skipped[/yellow] {escape(what)}: {escape(why)}", highlight=False)
-    if not outcome.records:
-        err.print("no results: every backend/model pair was skipped (see above)")
