@@ -173,7 +173,8 @@ def small(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ResolvedModel]:
 @pytest.mark.parametrize("kv_type", ["q8_0", "q4_0"])
 def test_quantised_kv_cache_loads_and_runs(small: ResolvedModel, kv_type: str) -> None:
     b = LlamaCppBackend()
-    b.load(small, LoadConfig(threads=2, kv_type=kv_type, flash_attn=True, n_ctx=256))
+    b.load(small, LoadConfig(threads=2, kv_type=kv_type, kv_type_v=kv_type, flash_attn=True,
+                             n_ctx=256))
     try:
         trace = b.run(request(b, 8, 16, 4))
         assert trace.internal["n_p_eval"] == 16 and len(trace.token_ns) == 4
@@ -184,8 +185,12 @@ def test_quantised_kv_cache_loads_and_runs(small: ResolvedModel, kv_type: str) -
 
 @pytest.mark.slow
 def test_quantised_v_cache_without_flash_attention_is_refused(small: ResolvedModel) -> None:
-    with pytest.raises(InputError, match="quantized V cache requires flash_attn"):
-        LlamaCppBackend().load(small, LoadConfig(threads=2, kv_type="q8_0", flash_attn=False))
+    # llama.cpp refuses it ("quantized V cache requires flash_attn"); strata names the flag
+    with pytest.raises(InputError, match="add -fa 1"):
+        LlamaCppBackend().load(small, LoadConfig(threads=2, kv_type_v="q8_0", flash_attn=False))
+    b = LlamaCppBackend()  # a quantised K cache alone needs no flash attention
+    b.load(small, LoadConfig(threads=2, kv_type="q8_0", flash_attn=False, n_ctx=256))
+    b.close()
 
 
 def test_unknown_kv_type_is_an_input_error(tiny: ResolvedModel) -> None:

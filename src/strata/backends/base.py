@@ -35,7 +35,10 @@ class LoadConfig:
     batch: int = 2048  # llama.cpp n_batch (-b)
     ubatch: int = 512  # llama.cpp n_ubatch (-ub)
     flash_attn: bool = False
-    kv_type: str = "f16"  # KV cache element type: f16, q8_0, q4_0 (llama.cpp)
+    kv_type: str = "f16"  # K cache element type: f16, f32, bf16, q8_0, q4_0 (llama.cpp -ctk)
+    # V cache element type (llama.cpp -ctv), set apart from K as llama-bench does; results
+    # stored before it existed set both with kv_type (store.runs reads them so)
+    kv_type_v: str = "f16"
     device: str = "cpu"  # torch device: cpu, cuda, mps
     dtype: str = "auto"  # torch dtype: auto (model's own), float32, bfloat16, float16
     n_ctx: int = 0  # 0: just enough for the largest test of the sweep

@@ -21,6 +21,7 @@ loader does not map gets an error naming the llamacpp backend, which runs GGUF n
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import io
 import time
@@ -285,6 +286,7 @@ class TorchBackend:
             "kv_cache": "DynamicCache (transformers' default for generate)",
             "kv_dtype": _name(_param_dtype(s.model)),  # the cache holds K/V in the model's dtype
             "gen_inputs": GEN_INPUTS_NOTE,
+            **_llama_bench_fields(s.device),
         }
 
     def logits(self, tokens: list[int] | tuple[int, ...], start: int = 0) -> np.ndarray:
@@ -372,6 +374,27 @@ def _param_dtype(model: Any) -> torch.dtype:
 def _param_bytes(model: Any) -> int:
     # parameters() yields a tied tensor once, as the forward pass reads it
     return sum(p.numel() * p.element_size() for p in model.parameters())
+
+
+def _llama_bench_fields(device: torch.device) -> dict[str, str | None]:
+    """llama-bench's cpu_info, gpu_info and backends for a torch row: the CPU's model name,
+    the GPUs torch can see (", "-joined, "" when none), and the device kind this run used,
+    spelled as llama-bench spells ggml backends (CPU, CUDA, ROCm, MPS)."""
+    gpus = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] \
+        if torch.cuda.is_available() else []
+    if not gpus and device.type == "mps":
+        gpus = ["Apple MPS"]
+    kind = {"cuda": "ROCm" if getattr(torch.version, "hip", None) else "CUDA",
+            "mps": "MPS"}.get(device.type, "CPU")
+    return {"cpu_info": _cpu_name(), "gpu_info": ", ".join(gpus), "backends": kind}
+
+
+@functools.cache
+def _cpu_name() -> str | None:
+    """The CPU's model name (info() runs once per test; the CPU does not change)."""
+    from strata.hardware.cpu import probe_cpu
+
+    return probe_cpu().model
 
 
 def _device_name(device: torch.device) -> str:

@@ -4,24 +4,45 @@
 Field names follow llama-bench's JSON/CSV output where a field maps (model_filename,
 n_prompt, n_gen, n_depth, avg_ts, stddev_ts, samples_ts, avg_ns, ...); strata's own fields
 (backend, eta, bound, ttft_ms, ...) are added next to them.
+
+llama-bench's build and device fields, per backend:
+  build_commit, build_number  llama.cpp's build (llamacpp rows); None on other backends,
+                              whose engine is not llama.cpp (strata's own commit is the run's
+                              git_commit). build_number is None everywhere: see
+                              backends.llamacpp.build_info.
+  cpu_info, gpu_info          the CPU's and the GPUs' names as the engine sees them ("" when
+                              no GPU); None for an endpoint (the server's hardware is unknown).
+  backends                    llama.cpp's compiled ggml backends (llama-bench's rule); on torch
+                              the device kind the run used (CPU, CUDA, ROCm, MPS).
+A setting the backend does not read (n_gpu_layers on torch, dtype on llama.cpp, any on an
+endpoint) is None, not the flag's unused default; torch rows carry the dtype and device they
+ran in, and their K/V type is the cache's real dtype.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
+from strata.backends import describe
 from strata.bench.scenario import BenchTest
+from strata.errors import InputError
 from strata.store.runs import StoredResult
 
 PRIMARY = {"pp": "prefill_tps", "tg": "decode_tps", "pg": "combined_tps"}
 
 # Load settings a run can sweep, as (record field, short header), in llama-bench's column
-# order. type_v gets no column: one -ctk flag sets both K and V, so it never differs from
-# type_k. Depth needs none either: it is part of the test name (pp512@d4096).
+# order (-ctk and -ctv sweep apart, so each has a column). Depth needs none: it is part of
+# the test name (pp512@d4096).
 SETTINGS: tuple[tuple[str, str], ...] = (
     ("n_gpu_layers", "ngl"), ("n_threads", "threads"), ("n_batch", "batch"),
-    ("n_ubatch", "ubatch"), ("type_k", "KV type"), ("flash_attn", "fa"),
+    ("n_ubatch", "ubatch"), ("type_k", "type_k"), ("type_v", "type_v"), ("flash_attn", "fa"),
     ("device", "device"), ("dtype", "dtype"))
+
+# record field -> the LoadConfig field it shows (n_threads comes from the backend's info)
+_LOAD_FIELD = {"n_gpu_layers": "n_gpu_layers", "n_batch": "batch", "n_ubatch": "ubatch",
+               "flash_attn": "flash_attn", "type_k": "kv_type", "type_v": "kv_type_v",
+               "device": "device", "dtype": "dtype"}
 
 
 def _primary(r: StoredResult) -> dict[str, Any]:
@@ -44,17 +65,19 @@ def record(r: StoredResult) -> dict[str, Any]:
     load = (r.telemetry or {}).get("host_load") or {}
     kind = BenchTest(r.n_prompt, r.n_gen, r.n_depth).kind
     eta = ex.get("prefill_eta") if kind == "pp" else ex.get("decode_eta")
+    settings = _settings(r)
     return {
-        # llama-bench fields
+        # llama-bench fields, in llama-bench's order
+        **_build(r),
         "model_filename": r.model, "model_type": _model_type(model),
         "model_size": model.get("weight_bytes"), "model_n_params": model.get("params"),
-        "n_batch": lc.get("batch"), "n_ubatch": lc.get("ubatch"),
+        "n_batch": settings["n_batch"], "n_ubatch": settings["n_ubatch"],
         "n_threads": r.info.get("threads", lc.get("threads")),
-        "n_gpu_layers": lc.get("n_gpu_layers"), "flash_attn": lc.get("flash_attn"),
-        "type_k": lc.get("kv_type"), "type_v": lc.get("kv_type"),
-        "device": lc.get("device"), "dtype": lc.get("dtype"),
+        "type_k": settings["type_k"], "type_v": settings["type_v"],
+        "n_gpu_layers": settings["n_gpu_layers"], "flash_attn": settings["flash_attn"],
+        "device": settings["device"], "dtype": settings["dtype"],
         "n_prompt": r.n_prompt, "n_gen": r.n_gen, "n_depth": r.n_depth,
-        "test_time": r.created_at,
+        "test_time": _iso_utc(r.created_at),
         "avg_ns": e2e.get("mean", 0) * 1e9, "stddev_ns": e2e.get("sd", 0) * 1e9,
         "avg_ts": prim.get("mean"), "stddev_ts": prim.get("sd"),
         "samples_ns": [s * 1e9 for s in e2e.get("samples", [])],
@@ -81,6 +104,45 @@ def record(r: StoredResult) -> dict[str, Any]:
                   + _peak_notes(r) + _sustained_note(r) + _throttle_note(verdict)),
         "sustained": r.info.get("sustained"),
     }
+
+
+def _settings(r: StoredResult) -> dict[str, Any]:
+    """Each load setting as this backend ran it: what it reports in info() first (torch's
+    real dtype and device), else the configured value if the backend reads that setting,
+    else None."""
+    reads = _reads(r.backend)
+    lc, info = r.load_config, r.info
+    out = {name: lc.get(key) if key in reads else None for name, key in _LOAD_FIELD.items()}
+    for name in ("device", "dtype"):
+        if info.get(name) is not None:
+            out[name] = info[name]
+    if info.get("kv_dtype"):  # torch: the cache holds K and V in this dtype
+        out["type_k"] = out["type_v"] = info["kv_dtype"]
+    return out
+
+
+@functools.cache
+def _reads(backend: str) -> frozenset[str]:
+    """The LoadConfig fields `backend` reads; all of them for a backend this strata no longer
+    has (its stored settings are then shown as stored)."""
+    try:
+        reads = set(describe(backend).options)
+    except InputError:
+        return frozenset(_LOAD_FIELD.values())
+    if "kv_type" in reads:  # K and V types go together: a backend reading one reads both
+        reads.add("kv_type_v")
+    return frozenset(reads)
+
+
+def _build(r: StoredResult) -> dict[str, Any]:
+    """llama-bench's build and device fields, as the backend reported them (module doc)."""
+    return {k: r.info.get(k) for k in ("build_commit", "build_number", "cpu_info",
+                                       "gpu_info", "backends")}
+
+
+def _iso_utc(stamp: str) -> str | None:
+    """test_time as llama-bench writes it (2026-01-31T12:00:00Z); None if never stored."""
+    return stamp.replace("+00:00", "Z") if stamp else None
 
 
 def swept(records: list[dict[str, Any]]) -> list[tuple[str, str]]:

@@ -62,6 +62,9 @@ class StoredResult:
 
 
 def add_result(conn: sqlite3.Connection, run_id: int, r: StoredResult) -> int:
+    """Store `r` with its samples; `r.created_at` is set to the stored time, so a record
+    printed before reading the DB back carries its llama-bench test_time."""
+    r.created_at = _now()
     with transaction(conn):
         cur = conn.execute(
             "INSERT INTO results(run_id, model, backend, test, n_prompt, n_gen, n_depth,"
@@ -69,7 +72,7 @@ def add_result(conn: sqlite3.Connection, run_id: int, r: StoredResult) -> int:
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (run_id, r.model, r.backend, r.test, r.n_prompt, r.n_gen, r.n_depth,
              json.dumps(r.load_config), json.dumps(r.metrics), _dump(r.explain),
-             _dump(r.telemetry), json.dumps(r.info, default=str), _now()))
+             _dump(r.telemetry), json.dumps(r.info, default=str), r.created_at))
         result_id = int(cur.lastrowid or 0)
         conn.executemany(
             "INSERT INTO samples(result_id, metric, idx, value) VALUES (?, ?, ?, ?)",
@@ -100,6 +103,11 @@ def results_of_run(conn: sqlite3.Connection, run_id: int) -> list[StoredResult]:
 def _result(row: sqlite3.Row) -> StoredResult:
     loads = {k: json.loads(row[k]) if row[k] is not None else None
              for k in ("load_config", "metrics", "explain", "telemetry", "info")}
+    # Before -ctv existed, kv_type (-ctk) set both K and V: read old rows so, and they keep
+    # comparing equal to new rows of the same settings (compare keys on the load config).
+    lc = loads["load_config"]
+    if isinstance(lc, dict) and "kv_type" in lc and "kv_type_v" not in lc:
+        lc["kv_type_v"] = lc["kv_type"]
     return StoredResult(model=row["model"], backend=row["backend"], test=row["test"],
                         n_prompt=row["n_prompt"], n_gen=row["n_gen"], n_depth=row["n_depth"],
                         run_id=row["run_id"], id=row["id"], created_at=row["created_at"],
