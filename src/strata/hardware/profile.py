@@ -82,7 +82,9 @@ class SoftwareStack:
     torch_arch_list: list[str] = field(default_factory=list)  # sm_XY / compute_XY / gfxNNNN
     torch_cuda_runtime: str | None = None
     torch_hip_runtime: str | None = None
-    llama_cpp: str | None = None
+    llama_cpp: str | None = None  # llama-cpp-python's (the binding's) version
+    llama_cpp_version: str | None = None  # libllama's own llama_version(), e.g. "0.5.0-dev"
+    llama_cpp_commit: str | None = None  # llama.cpp commit it was built from (ggml_commit)
     llama_cpp_features: str | None = None
     triton: str | None = None
     nvidia_driver: str | None = None

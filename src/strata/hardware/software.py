@@ -79,6 +79,25 @@ def _fill_llama_cpp(sw: SoftwareStack) -> None:
 
     info = llama_cpp.llama_print_system_info()
     sw.llama_cpp_features = info.decode() if isinstance(info, bytes) else str(info)
+    # the binding's version says little about the llama.cpp inside it: name that too
+    from strata.backends.llamacpp import build_info, llama_cpp_version
+
+    version = llama_cpp_version()
+    sw.llama_cpp_version = None if version == "unknown" else version
+    sw.llama_cpp_commit = build_info()["llama_cpp_commit"]
+    if sw.llama_cpp_commit is None:
+        sw.unknown["llama_cpp_commit"] = "this build of llama.cpp does not record its commit"
+
+
+def llama_cpp_text(sw: SoftwareStack) -> str:
+    """llama.cpp's own version and commit, then the binding's: one line for probe and
+    report ("0.5.0-dev, commit 0c1e570 (llama-cpp-python 0.3.36)")."""
+    if not sw.llama_cpp:
+        return "not installed"
+    own = ", ".join(filter(None, [sw.llama_cpp_version, sw.llama_cpp_commit and
+                                  f"commit {sw.llama_cpp_commit}"]))
+    binding = f"llama-cpp-python {sw.llama_cpp}"
+    return f"{own} ({binding})" if own else binding
 
 
 def _fill_triton(sw: SoftwareStack) -> None:

@@ -8,6 +8,7 @@ from rich.table import Table
 from rich.text import Text
 
 from strata.hardware.profile import CpuInfo, HostProfile, SupportVerdict
+from strata.hardware.software import llama_cpp_text
 from strata.measure.roofline import DeviceRoofline, Roofline
 from strata.views.console import plain
 
@@ -73,7 +74,7 @@ def software_table(profile: HostProfile) -> Table:
     arch = " ".join(sw.torch_arch_list) if sw.torch_arch_list else "-"
     for k, v in (("python", sw.python), ("os", sw.os), ("strata", sw.strata),
                  ("torch", f"{sw.torch} ({sw.torch_build})" if sw.torch else "not installed"),
-                 ("torch arch list", arch), ("llama.cpp", sw.llama_cpp or "not installed"),
+                 ("torch arch list", arch), ("llama.cpp", llama_cpp_text(sw)),
                  ("triton", sw.triton or "not installed"),
                  ("nvidia driver", sw.nvidia_driver or "-"), ("env", _env(sw.env))):
         t.add_row(k, plain(v))
