@@ -64,7 +64,7 @@ def bench(**params: Any) -> None:
     if fmt not in FORMATS_HELP:
         raise InputError(f"--format {fmt}: choose one of {', '.join(FORMATS_HELP)}")
     config = build_config(BenchFlags(**params))
-    outcome = run_bench(open_store(db), config, err)
+    outcome = run_bench(open_store(db), config, err, keep_error=True)
     print_outcome(outcome, fmt, out, err)
     if outcome.error is not None:
         raise _failure(outcome.error)  # after the kept results: they are printed first

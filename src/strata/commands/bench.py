@@ -112,7 +112,11 @@ def warn_no_offload(config: BenchConfig, console: Console) -> None:
                       "runs on the CPU", highlight=False)
 
 
-def run_bench(conn: sqlite3.Connection, config: BenchConfig, console: Console) -> BenchOutcome:
+def run_bench(conn: sqlite3.Connection, config: BenchConfig, console: Console,
+              keep_error: bool = False) -> BenchOutcome:
+    """Run and store the sweep. An error that stops it part-way is raised once what finished
+    is stored; with keep_error it is returned in the outcome instead, next to the records,
+    so the CLI prints them before the error."""
     models = resolve_all(config)  # bad paths and damaged files fail here, in seconds
     host = this_host(conn, console)
     profile, fingerprint = host.profile, host.fingerprint
@@ -144,6 +148,8 @@ def run_bench(conn: sqlite3.Connection, config: BenchConfig, console: Console) -
         error = exc
     finally:
         run_id = _close_run(conn, run_id, status, len(done), console)
+    if error is not None and not keep_error:
+        raise error
     return BenchOutcome(run_id, status, [record(r) for r in done],
                         outcome.skipped, error)
 
