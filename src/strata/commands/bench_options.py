@@ -61,7 +61,7 @@ class BenchFlags:
                                      "GPU (llama.cpp).")] = "0"
     flash_attn: Annotated[str, Opt("-fa", "--flash-attn", help="0, 1 or 0,1 (llama.cpp).")] \
         = "0"
-    kv_type: Annotated[str, Opt("-ctk", "--cache-type-k", "--cache-type", help="K cache type: "
+    kv_type: Annotated[str, Opt("-ctk", "--cache-type-k", help="K cache type: "
                                 f"{', '.join(KV_TYPES)}.")] = "f16"
     kv_type_v: Annotated[str, Opt("-ctv", "--cache-type-v", help="V cache type: "
                                   f"{', '.join(KV_TYPES)}; quantised needs -fa 1.")] = "f16"
