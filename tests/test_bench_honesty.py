@@ -212,6 +212,7 @@ def test_refused_endpoint_stores_no_run(home: Path) -> None:
     before = _runs(home)
     proc = _bench(home, f"http://127.0.0.1:{port}", "-p", "8", "-n", "none", "-r", "1")
     assert proc.returncode == 2 and "refused" in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr  # the one-line error only
     assert _runs(home) == before  # no run row without results
 
 

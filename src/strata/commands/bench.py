@@ -159,8 +159,8 @@ def _close_run(conn: sqlite3.Connection, run_id: int, status: str, kept: int,
     """Mark the run; a run that stored no result is deleted (a refused endpoint or a sweep
     that skipped everything is not a run). Returns the run id, 0 if deleted."""
     if not kept and discard_empty_run(conn, run_id):
-        if status != "complete":
-            console.print(f"run stopped ({status}) before any test finished: nothing stored")
+        if status == "incomplete":  # a failure says so in its own one-line error
+            console.print("interrupted before any test finished: nothing stored")
         return 0
     finish_run(conn, run_id, status)
     if status != "complete":
