@@ -46,8 +46,8 @@ def open_db_readonly(path: Path) -> sqlite3.Connection | None:
     if not path.exists():
         return None
     try:
-        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True,
-                               timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
+        conn = sqlite3.connect(_readonly_uri(path), uri=True, timeout=BUSY_TIMEOUT_MS / 1000,
+                               isolation_level=None)
         conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         version = _stored_version(conn)
     except sqlite3.DatabaseError as exc:
@@ -61,6 +61,17 @@ def open_db_readonly(path: Path) -> sqlite3.Connection | None:
                          f"(v{SCHEMA_VERSION}); upgrade strata or use another --db")
     conn.row_factory = sqlite3.Row
     return conn
+
+
+def _readonly_uri(path: Path) -> str:
+    """mode=ro; and immutable when no -wal file exists. A WAL database opened read-only
+    creates -wal and -shm files it cannot remove afterwards; with no -wal file, no strata
+    process is writing it now (a writer keeps its -wal while open), so it is read as an
+    immutable file and nothing is created. With a -wal file, a writer may be at work: the
+    normal read-only mode shares its snapshot through the files already there."""
+    uri = f"{path.resolve().as_uri()}?mode=ro"
+    wal = path.with_name(path.name + "-wal")
+    return uri if wal.exists() else uri + "&immutable=1"
 
 
 def empty_db() -> sqlite3.Connection:
