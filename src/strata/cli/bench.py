@@ -24,9 +24,9 @@ def bench(**params: Any) -> None:
     """How fast a model runs here, on llama.cpp, PyTorch or a server, and why.
 
     Tests follow llama-bench: pp<N> prompt processing, tg<M> generation,
-    pp<N>+tg<M>, each optionally @d<D> after D tokens of context. Lists and
-    ranges sweep (-p 128,512 -t 1-2). Every result is stored with the host,
-    versions, full config and raw samples.
+    pp<N>+tg<M>, each optionally @d<D> after D tokens of context. Lists and ranges
+    sweep (-p 128,512 -t 1-2). Every result is stored with the host, versions,
+    full config and raw samples.
 
     [bold]What the figures mean[/bold]
       t/s      mean ± SD of n timed repetitions (n=1: no SD; ! marks SD > mean)
@@ -41,9 +41,9 @@ def bench(**params: Any) -> None:
                per token) or compute (FLOPs), from its FLOPs per byte against
                the host's ridge point (peak FLOP/s ÷ bandwidth).
 
-    Exit status: 0 done (skipped pairs listed), 1 a test failed (results
-    finished before it are printed and kept), 2 bad input or nothing ran,
-    130 interrupted (finished results printed and kept).
+    Exit status: 0 done (skipped pairs listed), 1 a test failed (results finished
+    before it are printed and kept), 2 bad input or nothing ran, 130 interrupted
+    (finished results printed and kept).
 
     [bold]Examples[/bold]
       strata bench                                   [dim]# embedded synthetic preset[/dim]
@@ -86,13 +86,15 @@ def _failure(exc: BaseException) -> BaseException:
 # The flags are spelled once, in BenchFlags; the command's own are added here.
 bench.__signature__, bench.__annotations__ = command_signature(BenchFlags, [  # type: ignore
     inspect.Parameter("fmt", inspect.Parameter.KEYWORD_ONLY, default="table", annotation=Annotated[
-        str, Opt("--format", "-o", help=f"{', '.join(FORMATS_HELP)}.")]),
+        str, Opt("--format", "-o", metavar="FORMAT", rich_help_panel="Output",
+                 help=f"{', '.join(FORMATS_HELP)}.")]),
     inspect.Parameter("list_presets", inspect.Parameter.KEYWORD_ONLY, default=False,
                       annotation=Annotated[bool, Opt("--list-presets", help="List the synthetic "
                                                      "presets and exit.")]),
     inspect.Parameter("progress", inspect.Parameter.KEYWORD_ONLY, default=None,
                       annotation=Annotated[bool | None, Opt(
                           "--progress/--no-progress", show_default=False,
+                          rich_help_panel="Output",
                           help="Progress on stderr: a live bar on a terminal, one line per "
                           "finished test otherwise.")]),
     inspect.Parameter("db", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=DbOption)])
