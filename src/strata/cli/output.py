@@ -15,7 +15,7 @@ import typer
 from rich.console import Console
 
 from strata.errors import InputError
-from strata.store.export import GENERIC_FORMATS, Record, md_table
+from strata.store.export import GENERIC_FORMATS, Record, is_number, md_table
 
 TABLE = "table"
 CHOICES = (TABLE, *GENERIC_FORMATS)  # table, md, csv, json, jsonl
@@ -51,8 +51,7 @@ def emit(out: Console, fmt: str, records: list[Record], *,
     if fmt == "json" and document is not None:
         text = GENERIC_FORMATS["json"](document)  # type: ignore[arg-type]
     elif fmt == "md" and md_columns:
-        numeric = tuple(c for c in md_columns
-                        if any(isinstance(r.get(c), int | float) for r in records))
+        numeric = tuple(c for c in md_columns if any(is_number(r.get(c)) for r in records))
         text = md_table(records, md_columns, numeric)
     else:
         text = GENERIC_FORMATS[fmt](records)

@@ -62,8 +62,14 @@ def print_fit(report: FitReport, fmt: str, out: Console) -> None:
     stdout), json (everything), jsonl, csv or md (one record per device)."""
     from strata.cli.output import emit
 
-    emit(out, fmt, report.records(), document=report.to_json(),
+    emit(out, fmt, report.records(), document=report.to_json(), md_columns=MD_FIELDS,
          table=lambda: _print_table(report, out))
+
+
+# -o md: the table's columns, by their record field names (docs/output.md)
+MD_FIELDS = ("model_filename", "backend", "device", "name", "weights_bytes", "kv_bytes",
+             "total_bytes", "available_bytes", "verdict", "n_gpu_layers", "max_ctx",
+             "predicted_prefill_ts", "predicted_decode_ts")
 
 
 def _print_table(report: FitReport, out: Console) -> None:

@@ -33,7 +33,8 @@ def _jsonl(records: list[Record]) -> str:
     return "".join(json.dumps(r, default=str) + "\n" for r in records)
 
 
-def _is_number(value: Any) -> bool:
+def is_number(value: Any) -> bool:
+    """A JSON number that is not a flag (bool is an int in Python)."""
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
@@ -45,7 +46,7 @@ def _scalar(value: Any) -> str:
         return str(int(value))
     if isinstance(value, float):
         return repr(value)
-    if isinstance(value, list) and all(_is_number(v) for v in value):
+    if isinstance(value, list) and all(is_number(v) for v in value):
         return "/".join(_scalar(v) for v in value)
     if isinstance(value, list | dict | tuple):
         return json.dumps(value, default=str, separators=(",", ":"))
@@ -97,7 +98,7 @@ def md_all(records: list[Record]) -> str:
     if not records:
         return ""
     columns = _columns(records)
-    numeric = tuple(c for c in columns if any(_is_number(r.get(c)) for r in records))
+    numeric = tuple(c for c in columns if any(is_number(r.get(c)) for r in records))
     return md_table(records, columns, numeric)
 
 
@@ -108,7 +109,7 @@ def _sql_type(values: list[Any]) -> str:
     present = [v for v in values if v is not None]
     if present and all(isinstance(v, bool | int) for v in present):
         return "INTEGER"
-    if present and all(_is_number(v) for v in present):
+    if present and all(is_number(v) for v in present):
         return "REAL"
     return "TEXT"
 
@@ -116,7 +117,7 @@ def _sql_type(values: list[Any]) -> str:
 def _sql_literal(value: Any) -> str:
     if value is None:
         return "NULL"
-    if _is_number(value) or isinstance(value, bool):
+    if is_number(value) or isinstance(value, bool):
         return _scalar(value)
     return "'" + _scalar(value).replace("'", "''") + "'"
 
