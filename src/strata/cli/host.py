@@ -60,7 +60,7 @@ def probe(
       strata probe               [dim]# hardware, software, support verdicts[/dim]
       strata probe --measure     [dim]# + bandwidth and FLOP/s (the roofline)[/dim]
       strata probe --watch 30    [dim]# live telemetry, throttling verdict[/dim]
-      strata probe -o json > host.json  [dim]# everything, as JSON[/dim]
+      strata probe -o json > host.json   [dim]# everything, as JSON[/dim]
       strata probe --no-smoke -o csv     [dim]# one row per device[/dim]
     """
     fmt = output_format(fmt, json_out)

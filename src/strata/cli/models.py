@@ -74,8 +74,9 @@ def history(
     """Every stored bench result over time: run, date, host, strata's commit, t/s, and the
     llama.cpp commit it ran on.
 
-    Reads the database only: nothing is created or written. -o json/jsonl/csv/sql print
-    every field of each result (bench's records, plus its run).
+    Reads the database only: nothing is created or written. A machine format
+    (-o json, jsonl, csv, sql) prints every field of each result: bench's record
+    plus its run.
 
     [bold]Examples[/bold]
       strata history                             [dim]# everything, oldest first[/dim]
