@@ -408,6 +408,24 @@ def _vocab(meta: _Meta, tensors: list[TensorInfo]) -> int:
     return meta.count("vocab_size", fallback)
 
 
+def _moe(meta: _Meta, tensors: list[TensorInfo], ffn: int) -> dict[str, int]:
+    """n_experts, n_experts_used and expert_ffn (all 0 for a dense model). One expert's
+    FFN width: {arch}.expert_feed_forward_length, else the merged expert tensors' shape
+    (Mixtral's GGUFs carry no such key: their experts are feed_forward_length wide)."""
+    n = meta.count("expert_count", 0)
+    if n == 0:
+        return {}
+    used = meta.count("expert_used_count", 0)
+    if used == 0 or used > n:
+        raise InputError(f"MODEL {meta.path}: GGUF metadata {meta.arch}.expert_used_count = "
+                         f"{used} with {n} experts (llama.cpp needs 1..expert_count)")
+    width = meta.count("expert_feed_forward_length", 0)
+    if width == 0:
+        up = next((t for t in tensors if t.name.endswith(".ffn_up_exps.weight")), None)
+        width = up.shape[-2] if up is not None and len(up.shape) == 3 else ffn
+    return {"n_experts": n, "n_experts_used": used, "expert_ffn": width}
+
+
 def spec_from_layout(path: Path, layout: Layout,
                      pairs: list[tuple[RawTensor, TensorSize]]) -> ModelSpec:
     kv = layout.kv
@@ -430,7 +448,7 @@ def spec_from_layout(path: Path, layout: Layout,
         hidden=hidden, ffn=ffn, vocab=_vocab(meta, tensors),
         ctx_max=meta.count("context_length", 0),
         tied_embeddings=not any(t.name == OUTPUT for t in tensors),
-        tensors=tensors, source="gguf", notes=notes,
+        tensors=tensors, source="gguf", notes=notes, **_moe(meta, tensors, ffn),
     )
 
 

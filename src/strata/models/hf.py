@@ -11,6 +11,7 @@ token embedding and the output head the same way for every source.
 from __future__ import annotations
 
 import json
+import re
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,17 +43,48 @@ LAYER_NAMES: dict[str, str] = {
     "ffn_gate.weight": "mlp.gate_proj.weight",
     "ffn_up.weight": "mlp.up_proj.weight",
     "ffn_down.weight": "mlp.down_proj.weight",
+    "attn_q_norm.weight": "self_attn.q_norm.weight",  # qwen3 / qwen3moe per-head norms
+    "attn_k_norm.weight": "self_attn.k_norm.weight",
 }
 _HF_GLOBAL = {v: k for k, v in GLOBAL_NAMES.items()}
 _HF_LAYER = {v: k for k, v in LAYER_NAMES.items()}
 _HF_LAYER_PREFIX = "model.layers."
 
+# Mixture of experts. A checkpoint stores the router and one tensor per expert; strata names
+# them blk.N.ffn_gate_inp.weight and blk.N.ffn_{gate,up,down}.E.weight (llama.cpp's router
+# name and its old per-expert name), so spec.py finds the experts for every source.
+# The HF side: "mlp" (Qwen2Moe/Qwen3Moe, OLMoE, ...) or "block_sparse_moe" (Mixtral).
+MOE_STYLES: dict[str, dict[str, str]] = {
+    "mlp": {"ffn_gate_inp": "mlp.gate", "ffn_gate": "mlp.experts.{e}.gate_proj",
+            "ffn_up": "mlp.experts.{e}.up_proj", "ffn_down": "mlp.experts.{e}.down_proj"},
+    "block_sparse_moe": {"ffn_gate_inp": "block_sparse_moe.gate",
+                         "ffn_gate": "block_sparse_moe.experts.{e}.w1",
+                         "ffn_up": "block_sparse_moe.experts.{e}.w3",
+                         "ffn_down": "block_sparse_moe.experts.{e}.w2"},
+}
+_GGUF_EXPERT = re.compile(r"^blk\.(\d+)\.(ffn_gate|ffn_up|ffn_down)\.(\d+)\.weight$")
+_HF_EXPERT = re.compile(r"^model\.layers\.(\d+)\.(?:mlp|block_sparse_moe)\.experts\.(\d+)\."
+                        r"(gate_proj|up_proj|down_proj|w1|w2|w3)\.weight$")
+_HF_ROUTER = re.compile(r"^model\.layers\.(\d+)\.(?:mlp|block_sparse_moe)\.gate\.weight$")
+# Checkpoints saved by transformers 5 hold each layer's experts fused in 3-D tensors.
+_HF_FUSED = re.compile(r"^model\.layers\.(\d+)\.mlp\.experts\.(gate_up_proj|down_proj)$")
+_EXPERT_PROJ = {"gate_proj": "ffn_gate", "w1": "ffn_gate", "up_proj": "ffn_up", "w3": "ffn_up",
+                "down_proj": "ffn_down", "w2": "ffn_down"}
 
-def hf_name(gguf_name: str) -> str:
-    """HF name of a GGUF-named tensor of the llama-family layout (KeyError if unknown)."""
+
+def hf_name(gguf_name: str, moe_style: str = "mlp") -> str:
+    """HF name of a GGUF-named tensor of the llama-family layout (KeyError if unknown);
+    `moe_style` says how the checkpoint names experts and router (a key of MOE_STYLES)."""
     if gguf_name in GLOBAL_NAMES:
         return GLOBAL_NAMES[gguf_name]
+    style = MOE_STYLES[moe_style]
+    expert = _GGUF_EXPERT.match(gguf_name)
+    if expert is not None:
+        layer, proj, e = expert.groups()
+        return f"{_HF_LAYER_PREFIX}{layer}.{style[proj].format(e=e)}.weight"
     _blk, layer, key = gguf_name.split(".", 2)
+    if key == "ffn_gate_inp.weight":
+        return f"{_HF_LAYER_PREFIX}{layer}.{style['ffn_gate_inp']}.weight"
     return f"{_HF_LAYER_PREFIX}{layer}.{LAYER_NAMES[key]}"
 
 
@@ -61,6 +93,14 @@ def gguf_name(name: str) -> str:
     (they still count their bytes, they just are not the embedding or the head)."""
     if name in _HF_GLOBAL:
         return _HF_GLOBAL[name]
+    if (m := _HF_EXPERT.match(name)) is not None:
+        layer, e, proj = m.groups()
+        return f"blk.{layer}.{_EXPERT_PROJ[proj]}.{e}.weight"
+    if (m := _HF_ROUTER.match(name)) is not None:
+        return f"blk.{m.group(1)}.ffn_gate_inp.weight"
+    if (m := _HF_FUSED.match(name)) is not None:
+        proj = "ffn_gate_up" if m.group(2) == "gate_up_proj" else "ffn_down"
+        return f"blk.{m.group(1)}.{proj}_exps.weight"
     if name.startswith(_HF_LAYER_PREFIX):
         layer, _, rest = name[len(_HF_LAYER_PREFIX):].partition(".")
         if layer.isdigit() and rest in _HF_LAYER:
@@ -212,6 +252,20 @@ def read_config(folder: Path) -> HfConfig:
     return HfConfig(path, values)
 
 
+# config.json keys of the routed-expert count, by model family (first one present wins).
+EXPERT_COUNT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts")
+
+
+def _moe(cfg: HfConfig, ffn: int) -> dict[str, int]:
+    """n_experts, n_experts_used and expert_ffn from config.json (all 0 for a dense model).
+    An expert is moe_intermediate_size wide, or intermediate_size (Mixtral) without it."""
+    n = next((cfg.count(k) for k in EXPERT_COUNT_KEYS if cfg.values.get(k) is not None), 0)
+    if n == 0:
+        return {}
+    return {"n_experts": n, "n_experts_used": cfg.count("num_experts_per_tok", 1),
+            "expert_ffn": cfg.count("moe_intermediate_size", ffn)}
+
+
 def spec_from_dir(folder: Path) -> ModelSpec:
     """ModelSpec of an HF directory: shapes from config.json, bytes from safetensors headers."""
     cfg = read_config(folder)
@@ -235,6 +289,7 @@ def spec_from_dir(folder: Path) -> ModelSpec:
         tensors=tensors, source="hf",
         notes=[] if has_head or cfg.values.get("tie_word_embeddings") else
         ["no lm_head.weight in the safetensors: the head reuses the embedding (tied)"],
+        **_moe(cfg, ffn),
     )
 
 

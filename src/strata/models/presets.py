@@ -15,12 +15,13 @@ from typing import Any
 from strata.errors import InputError
 
 PRESETS_FILE = "presets.json"
+MOE_FIELDS = ("n_experts", "n_experts_used", "expert_ffn")
 
 
 @dataclass(frozen=True)
 class Preset:
     name: str
-    arch: str  # llama.cpp architecture name: "llama", "qwen2"
+    arch: str  # llama.cpp architecture name: "llama", "qwen2", "qwen3moe"
     hidden: int
     ffn: int
     n_layers: int
@@ -34,10 +35,33 @@ class Preset:
     norm_eps: float
     qkv_bias: bool
     source: str  # where the values come from (a published config.json)
+    # Mixture of experts (0 = dense): routed experts per layer (num_experts /
+    # num_local_experts), experts per token (num_experts_per_tok) and one expert's FFN width
+    # (moe_intermediate_size; Mixtral's experts are intermediate_size wide).
+    n_experts: int = 0
+    n_experts_used: int = 0
+    expert_ffn: int = 0
+
+    @property
+    def is_moe(self) -> bool:
+        return self.n_experts > 0
+
+    @property
+    def experts_label(self) -> str:
+        """"128x8" (routed experts x experts per token) for a MoE preset, "" when dense."""
+        return f"{self.n_experts}x{self.n_experts_used}" if self.is_moe else ""
 
     def values(self) -> dict[str, Any]:
-        """Everything that shapes the written model (the content key hashes this)."""
-        return asdict(self)
+        """Everything that shapes the written model (the content key hashes this).
+
+        A dense preset leaves the MoE fields out: its values, and so the content keys of
+        the synthetic files already in users' caches, are what they were before MoE.
+        """
+        values = asdict(self)
+        if not self.is_moe:
+            for key in MOE_FIELDS:
+                del values[key]
+        return values
 
 
 @lru_cache(maxsize=1)

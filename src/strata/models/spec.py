@@ -6,12 +6,29 @@ actual stored tensor types (quantisation included), never from a params x bits g
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 # Names (GGUF convention) of the token-embedding table and the output head.
 TOKEN_EMBD = "token_embd.weight"
 OUTPUT = "output.weight"
+
+# Routed-expert tensors (mixture of experts), llama.cpp naming: the merged 3-D form
+# "blk.N.ffn_{gate,up,down,gate_up}_exps.*" of today's converters (one slice per expert), and
+# the per-expert form "blk.N.ffn_{gate,up,down}.E.weight" of old Mixtral GGUFs, which is also
+# how strata names the per-expert tensors of a Hugging Face checkpoint. The router
+# (ffn_gate_inp) and shared experts (*_shexp) are read for every token: not matched here.
+EXPERT_TENSOR = re.compile(r"^blk\.\d+\.ffn_(?:[a-z]+_)*exps\."  # merged: one 3-D tensor
+                           r"|^blk\.\d+\.ffn_(?:gate|up|down)\.\d+\.")  # one expert
+
+# Fields only a mixture-of-experts spec carries (left out of a dense spec's dict).
+MOE_FIELDS = ("n_experts", "n_experts_used", "expert_ffn")
+
+
+def is_expert_tensor(name: str) -> bool:
+    """True for a routed expert's weights (only n_experts_used of n_experts are read)."""
+    return EXPERT_TENSOR.match(name) is not None
 
 
 @dataclass(frozen=True)
@@ -46,6 +63,15 @@ class ModelSpec:
     tensors: list[TensorInfo] = field(default_factory=list)
     source: str = ""  # "gguf", "hf", "synthetic", "endpoint"
     notes: list[str] = field(default_factory=list)  # caveats, e.g. "torch runs it unquantised"
+    # Mixture of experts (all 0 for a dense model): routed experts per MoE layer, how many
+    # each token uses, and one expert's FFN width (moe_intermediate_size).
+    n_experts: int = 0
+    n_experts_used: int = 0
+    expert_ffn: int = 0
+
+    @property
+    def is_moe(self) -> bool:
+        return self.n_experts > 0
 
     # -- sizes ---------------------------------------------------------------------------
     def params(self) -> int:
@@ -64,20 +90,55 @@ class ModelSpec:
             by_type[t.dtype] = by_type.get(t.dtype, 0) + t.nbytes
         return max(by_type, key=by_type.__getitem__) if by_type else "?"
 
+    # -- mixture of experts ----------------------------------------------------------------
+    def expert_tensors(self) -> list[TensorInfo]:
+        """The routed experts' tensors (all experts, every layer); [] for a dense model."""
+        return [t for t in self.tensors if is_expert_tensor(t.name)] if self.is_moe else []
+
+    def expert_bytes(self) -> int:
+        """Stored bytes of all routed experts (every expert of every layer): memory, not
+        traffic — a decoded token reads n_experts_used of them per layer."""
+        return sum(t.nbytes for t in self.expert_tensors())
+
+    def bytes_per_expert(self) -> int:
+        """Stored bytes of one routed expert summed over the layers (experts of a layer have
+        the same shapes and types, so this is exact)."""
+        return self.expert_bytes() // self.n_experts if self.is_moe else 0
+
+    def active_expert_bytes(self) -> int:
+        """Expert bytes one decoded token reads: n_experts_used experts in every MoE layer."""
+        return self.n_experts_used * self.bytes_per_expert()
+
+    def shared_weight_bytes(self) -> int:
+        """Bytes of everything but the routed experts (attention, norms, router, shared
+        experts, embedding and head): the whole model when dense."""
+        return self.weight_bytes() - self.expert_bytes()
+
+    def expert_params(self) -> int:
+        return sum(t.elements for t in self.expert_tensors())
+
     # -- roofline inputs (docs/architecture.md §5) ---------------------------------------
-    def streamed_weight_bytes(self) -> int:
+    def active_weight_bytes(self) -> int:
         """Weight bytes one decoded token reads.
 
-        The token-embedding table is a lookup (one row), not a stream — unless it is tied to
-        the output head, in which case the head streams it whole.
+        Every shared tensor (router included), and of the routed experts only the
+        n_experts_used a token is sent to per layer. The token-embedding table is a lookup
+        (one row), not a stream — unless it is tied to the output head, in which case the
+        head streams it whole.
         """
-        total = 0
+        total = self.active_expert_bytes()
         for t in self.tensors:
+            if self.is_moe and is_expert_tensor(t.name):
+                continue
             if t.name == TOKEN_EMBD and not self.tied_embeddings:
                 total += t.nbytes // max(1, t.shape[0])  # one row of (vocab, hidden)
             else:
                 total += t.nbytes
         return total
+
+    def streamed_weight_bytes(self) -> int:
+        """The roofline's name for active_weight_bytes(): weight bytes per decoded token."""
+        return self.active_weight_bytes()
 
     def kv_bytes(self, ctx: int, bytes_per_elem: float) -> float:
         """KV cache bytes at `ctx` tokens: 2 (K and V) x layers x kv_heads x head_dim x ctx."""
@@ -87,8 +148,11 @@ class ModelSpec:
         return self.streamed_weight_bytes() + self.kv_bytes(depth, kv_bytes_per_elem)
 
     def active_params(self) -> int:
-        """Parameters that do multiply-adds per token (the embedding lookup does none)."""
+        """Parameters that do multiply-adds per token: the embedding lookup does none, and
+        of the routed experts only n_experts_used of n_experts work (the router does)."""
         n = self.params()
+        if self.is_moe:
+            n -= self.expert_params() * (self.n_experts - self.n_experts_used) // self.n_experts
         embd = self.tensor(TOKEN_EMBD)
         if embd is not None and not self.tied_embeddings:
             n -= embd.elements
@@ -113,4 +177,11 @@ class ModelSpec:
         d = asdict(self)
         d["tensors"] = len(self.tensors)
         d.update(params=self.params(), weight_bytes=self.weight_bytes(), dtype=self.main_dtype())
+        if self.is_moe:
+            d.update(expert_bytes=self.expert_bytes(),
+                     active_weight_bytes=self.active_weight_bytes(),
+                     active_params=self.active_params())
+        else:  # a dense spec's dict is what it was before MoE existed
+            for key in MOE_FIELDS:
+                d.pop(key)
         return d

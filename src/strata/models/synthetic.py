@@ -38,6 +38,12 @@ from strata.errors import InputError
 from strata.models.presets import Preset, get_preset
 from strata.models.source import ResolvedModel, register
 from strata.models.spec import OUTPUT, TOKEN_EMBD, ModelSpec, TensorInfo
+from strata.models.synthetic_moe import (
+    add_moe_metadata,
+    moe_ffn_layout,
+    per_expert,
+    qk_norm_layout,
+)
 
 # The vocabulary lives in its own module; these names stay importable from here.
 from strata.models.synthetic_vocab import (  # noqa: F401
@@ -62,19 +68,6 @@ WRITER_VERSION = 1
 # ---------------------------------------------------------------------------------------
 
 UNK_ID, BOS_ID, EOS_ID = 0, 1, 2
-
-
-
-
-
-
-
-
-
-
-
-
-
 
 # ---------------------------------------------------------------------------------------
 # Storage types and random fills
@@ -152,7 +145,8 @@ QUANTS: dict[str, Quant] = {
 }
 
 # ---------------------------------------------------------------------------------------
-# Tensor layout (llama.cpp names; llama and qwen2 share it, qwen2 adds q/k/v biases)
+# Tensor layout (llama.cpp names; llama and qwen2 share it, qwen2 adds q/k/v biases; the
+# mixture-of-experts parts are in synthetic_moe)
 # ---------------------------------------------------------------------------------------
 
 
@@ -176,7 +170,7 @@ class TensorPlan:
 
 
 def _layout(p: Preset) -> list[tuple[str, tuple[int, ...], str]]:
-    """(name, shape, role) of every tensor; role is "matrix", "norm" or "bias"."""
+    """(name, shape, role) of every tensor; role is "matrix", "norm", "bias" or "router"."""
     q_dim, kv_dim = p.n_heads * p.head_dim, p.n_kv_heads * p.head_dim
     out: list[tuple[str, tuple[int, ...], str]] = [(TOKEN_EMBD, (p.vocab, p.hidden), "matrix")]
     for i in range(p.n_layers):
@@ -189,11 +183,15 @@ def _layout(p: Preset) -> list[tuple[str, tuple[int, ...], str]]:
             out += [(blk + "attn_q.bias", (q_dim,), "bias"),
                     (blk + "attn_k.bias", (kv_dim,), "bias"),
                     (blk + "attn_v.bias", (kv_dim,), "bias")]
+        out += qk_norm_layout(p, blk)
         out += [(blk + "attn_output.weight", (p.hidden, q_dim), "matrix"),
-                (blk + "ffn_norm.weight", (p.hidden,), "norm"),
-                (blk + "ffn_gate.weight", (p.ffn, p.hidden), "matrix"),
-                (blk + "ffn_up.weight", (p.ffn, p.hidden), "matrix"),
-                (blk + "ffn_down.weight", (p.hidden, p.ffn), "matrix")]
+                (blk + "ffn_norm.weight", (p.hidden,), "norm")]
+        if p.is_moe:
+            out += moe_ffn_layout(p, blk)
+        else:
+            out += [(blk + "ffn_gate.weight", (p.ffn, p.hidden), "matrix"),
+                    (blk + "ffn_up.weight", (p.ffn, p.hidden), "matrix"),
+                    (blk + "ffn_down.weight", (p.hidden, p.ffn), "matrix")]
     out.append(("output_norm.weight", (p.hidden,), "norm"))
     if not p.tied_embeddings:  # tied: llama.cpp and transformers reuse token_embd as head
         out.append((OUTPUT, (p.vocab, p.hidden), "matrix"))
@@ -202,7 +200,8 @@ def _layout(p: Preset) -> list[tuple[str, tuple[int, ...], str]]:
 
 def _gguf_storage(role: str, shape: tuple[int, ...], quant: Quant) -> Storage:
     if role != "matrix":
-        return STORAGES["F32"]  # norms and biases stay F32, as llama.cpp's converters do
+        # norms, biases and the MoE router stay F32, as llama.cpp's converters write them
+        return STORAGES["F32"]
     matrix = STORAGES[quant.matrix]
     return matrix if shape[-1] % matrix.block == 0 else STORAGES[quant.fallback]
 
@@ -228,9 +227,10 @@ class SyntheticModel:
                 for name, shape, role in _layout(self.preset)]
 
     def hf_tensors(self) -> list[TensorPlan]:
+        # One tensor per expert, as Hugging Face checkpoints store them.
         storage = STORAGES[QUANTS[self.quant].hf]
         return [TensorPlan(name, shape, storage, "ones" if role == "norm" else "random")
-                for name, shape, role in _layout(self.preset)]
+                for name, shape, role in per_expert(_layout(self.preset))]
 
     def _spec(self, tensors: list[TensorPlan], notes: list[str]) -> ModelSpec:
         p = self.preset
@@ -238,12 +238,14 @@ class SyntheticModel:
             name=self.ref, arch=p.arch, n_layers=p.n_layers, n_heads=p.n_heads,
             n_kv_heads=p.n_kv_heads, head_dim=p.head_dim, hidden=p.hidden, ffn=p.ffn,
             vocab=p.vocab, ctx_max=p.ctx_max, tied_embeddings=p.tied_embeddings,
-            tensors=[t.info() for t in tensors], source="synthetic", notes=notes)
+            tensors=[t.info() for t in tensors], source="synthetic", notes=notes,
+            n_experts=p.n_experts, n_experts_used=p.n_experts_used, expert_ffn=p.expert_ffn)
 
     def gguf_spec(self) -> ModelSpec:
         tensors, q = self.gguf_tensors(), QUANTS[self.quant]
         notes = [f"random weights with {self.preset.name}'s shapes ({self.preset.source})"]
-        odd = [t.name for t in tensors if len(t.shape) == 2 and t.storage.name != q.matrix]
+        odd = [t.name for t in tensors if len(t.shape) >= 2 and t.storage.name != q.matrix
+               and not t.name.endswith("ffn_gate_inp.weight")]
         if odd:
             notes.append(f"{len(odd)} matrices whose rows are not whole {q.matrix} blocks are "
                          f"stored {q.fallback} (e.g. {odd[0]})")
@@ -423,6 +425,7 @@ def _add_gguf_metadata(w: Any, model: SyntheticModel) -> None:
     w.add_rope_freq_base(p.rope_theta)
     w.add_layer_norm_rms_eps(p.norm_eps)
     w.add_vocab_size(p.vocab)
+    add_moe_metadata(w, p)
 
 
 def _add_vocab(w: Any, vocab: int) -> None:

@@ -31,6 +31,7 @@ class HfArch:
     architecture: str
     model_type: str
     extra: dict[str, Any]
+    moe_style: str = "mlp"  # how the checkpoint names experts (hf.MOE_STYLES)
 
 
 HF_ARCHS: dict[str, HfArch] = {
@@ -38,6 +39,37 @@ HF_ARCHS: dict[str, HfArch] = {
     "qwen2": HfArch("Qwen2ForCausalLM", "qwen2",
                     {"use_sliding_window": False, "sliding_window": None}),
 }
+# Mixture-of-experts presets, by llama.cpp arch: a llama arch with experts is Mixtral.
+HF_MOE_ARCHS: dict[str, HfArch] = {
+    "llama": HfArch("MixtralForCausalLM", "mixtral",
+                    {"sliding_window": None, "output_router_logits": False,
+                     "router_aux_loss_coef": 0.02}, moe_style="block_sparse_moe"),
+    "qwen3moe": HfArch("Qwen3MoeForCausalLM", "qwen3_moe",
+                       {"decoder_sparse_step": 1, "mlp_only_layers": [],
+                        "norm_topk_prob": True, "use_sliding_window": False,
+                        "sliding_window": None, "output_router_logits": False,
+                        "router_aux_loss_coef": 0.001}),
+}
+
+
+def _moe_config(model: SyntheticModel) -> dict[str, Any]:
+    p = model.preset
+    if not p.is_moe:
+        return {}
+    count_key = "num_local_experts" if p.arch == "llama" else "num_experts"
+    return {count_key: p.n_experts, "num_experts_per_tok": p.n_experts_used,
+            **({} if p.arch == "llama" else {"moe_intermediate_size": p.expert_ffn})}
+
+
+def hf_arch(model: SyntheticModel) -> HfArch:
+    p = model.preset
+    arch = (HF_MOE_ARCHS if p.is_moe else HF_ARCHS).get(p.arch)
+    if arch is None:
+        known = HF_MOE_ARCHS if p.is_moe else HF_ARCHS
+        raise InputError(f"{model.ref}: no Hugging Face layout for arch {p.arch!r}"
+                         f"{' with experts' if p.is_moe else ''} (synthetic HF models "
+                         f"support: {', '.join(known)})")
+    return arch
 
 
 _TORCH_DTYPE = {"F16": "float16", "F32": "float32"}
@@ -50,11 +82,7 @@ def hf_label(model: SyntheticModel) -> str:
 
 
 def hf_config(model: SyntheticModel) -> dict[str, Any]:
-    p = model.preset
-    arch = HF_ARCHS.get(p.arch)
-    if arch is None:
-        raise InputError(f"{model.ref}: no Hugging Face layout for arch {p.arch!r} "
-                         f"(synthetic HF models support: {', '.join(HF_ARCHS)})")
+    p, arch = model.preset, hf_arch(model)
     return {
         "architectures": [arch.architecture], "model_type": arch.model_type,
         "hidden_size": p.hidden, "intermediate_size": p.ffn,
@@ -65,16 +93,17 @@ def hf_config(model: SyntheticModel) -> dict[str, Any]:
         "tie_word_embeddings": p.tied_embeddings, "attention_bias": p.qkv_bias,
         "hidden_act": "silu", "torch_dtype": _TORCH_DTYPE[QUANTS[model.quant].hf],
         "bos_token_id": BOS_ID, "eos_token_id": EOS_ID, "use_cache": True,
-        "strata_synthetic": hf_label(model), **arch.extra,
+        "strata_synthetic": hf_label(model), **arch.extra, **_moe_config(model),
     }
 
 
-def safetensors_header(tensors: Sequence[TensorPlan], metadata: dict[str, str]) -> bytes:
+def safetensors_header(tensors: Sequence[TensorPlan], metadata: dict[str, str],
+                       moe_style: str = "mlp") -> bytes:
     """8-byte length + JSON header (padded with spaces to 8 bytes, as safetensors does)."""
     header: dict[str, Any] = {"__metadata__": metadata}
     offset = 0
     for t in tensors:
-        header[hf_name(t.name)] = {"dtype": t.storage.name, "shape": list(t.shape),
+        header[hf_name(t.name, moe_style)] = {"dtype": t.storage.name, "shape": list(t.shape),
                                    "data_offsets": [offset, offset + t.nbytes]}
         offset += t.nbytes
     blob = json.dumps(header, separators=(",", ":")).encode()
@@ -83,11 +112,11 @@ def safetensors_header(tensors: Sequence[TensorPlan], metadata: dict[str, str]) 
 
 
 def write_hf(model: SyntheticModel, folder: Path) -> None:
-    tensors = model.hf_tensors()
+    tensors, style = model.hf_tensors(), hf_arch(model).moe_style
     (folder / "config.json").write_text(json.dumps(hf_config(model), indent=2) + "\n")
     pool = RandomPool(model.seed("hf"), max(t.nbytes for t in tensors))
     with open(folder / "model.safetensors", "wb") as out:
         out.write(safetensors_header(tensors, {"format": "pt",
-                                               "strata_synthetic": hf_label(model)}))
+                                               "strata_synthetic": hf_label(model)}, style))
         for t in tensors:
             _stream_tensor(out, t, pool)

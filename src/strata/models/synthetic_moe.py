@@ -1,0 +1,85 @@
+"""Mixture-of-experts layout of synthetic models: the tensors and metadata llama.cpp expects.
+
+Two MoE layouts, as the vendored llama.cpp loads them (src/models/qwen3moe.cpp and the
+expert branch of src/models/llama.cpp's load_arch_tensors):
+
+  every MoE layer   blk.N.ffn_gate_inp.weight   router, (n_experts, hidden)
+                    blk.N.ffn_gate_exps.weight  (n_experts, expert_ffn, hidden)   3-D: one
+                    blk.N.ffn_up_exps.weight    (n_experts, expert_ffn, hidden)   slice per
+                    blk.N.ffn_down_exps.weight  (n_experts, hidden, expert_ffn)   expert
+  qwen3moe adds     blk.N.attn_q_norm.weight / attn_k_norm.weight  (head_dim,) per-head RMS norm
+                    and has no dense FFN and no shared expert
+  llama (Mixtral)   experts are feed_forward_length wide; no expert_feed_forward_length key
+
+Metadata: {arch}.expert_count and {arch}.expert_used_count (both required by llama.cpp's
+MoE archs), and {arch}.expert_feed_forward_length for qwen3moe, as llama.cpp's converter
+writes them. The router stays F32 at every quant: the converter stores ffn_gate_inp as F32
+and llama-quantize never quantises it (routing is sensitive to it); experts take the
+quant like every other matrix.
+
+A Hugging Face checkpoint stores one tensor per expert instead (Qwen3Moe:
+mlp.experts.E.gate_proj, Mixtral: block_sparse_moe.experts.E.w1/w3/w2); inside strata such a
+tensor is named blk.N.ffn_gate.E.weight (llama.cpp's old per-expert GGUF name).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from strata.models.presets import Preset
+
+# Layout entry: (GGUF name, shape in PyTorch order, role: "matrix", "norm", "bias", "router").
+Entry = tuple[str, tuple[int, ...], str]
+
+# Archs whose attention RMS-normalises q and k per head (attn_q_norm / attn_k_norm).
+QK_NORM_ARCHS = frozenset({"qwen3moe"})
+# Archs whose converter writes {arch}.expert_feed_forward_length (Mixtral's does not: its
+# experts are feed_forward_length wide).
+EXPERT_FFN_KEY_ARCHS = frozenset({"qwen3moe"})
+# Archs llama.cpp runs with routed experts and strata can write.
+MOE_ARCHS = frozenset({"llama", "qwen3moe"})
+
+_MERGED = re.compile(r"^(blk\.\d+\.ffn_(?:gate|up|down))_exps\.weight$")
+
+
+def qk_norm_layout(p: Preset, blk: str) -> list[Entry]:
+    if p.arch not in QK_NORM_ARCHS:
+        return []
+    return [(blk + "attn_q_norm.weight", (p.head_dim,), "norm"),
+            (blk + "attn_k_norm.weight", (p.head_dim,), "norm")]
+
+
+def moe_ffn_layout(p: Preset, blk: str) -> list[Entry]:
+    """Router and the three merged expert tensors of one layer."""
+    if p.arch not in MOE_ARCHS:
+        raise ValueError(f"preset {p.name}: arch {p.arch!r} has no MoE layout "
+                         f"(MoE archs: {', '.join(sorted(MOE_ARCHS))})")
+    e, f, h = p.n_experts, p.expert_ffn, p.hidden
+    return [(blk + "ffn_gate_inp.weight", (e, h), "router"),
+            (blk + "ffn_gate_exps.weight", (e, f, h), "matrix"),
+            (blk + "ffn_up_exps.weight", (e, f, h), "matrix"),
+            (blk + "ffn_down_exps.weight", (e, h, f), "matrix")]
+
+
+def per_expert(layout: list[Entry]) -> list[Entry]:
+    """`layout` with each merged 3-D expert tensor split into one 2-D tensor per expert
+    (blk.N.ffn_gate.E.weight), as Hugging Face checkpoints store them."""
+    out: list[Entry] = []
+    for name, shape, role in layout:
+        m = _MERGED.match(name)
+        if m is None:
+            out.append((name, shape, role))
+        else:
+            out += [(f"{m.group(1)}.{e}.weight", shape[1:], role) for e in range(shape[0])]
+    return out
+
+
+def add_moe_metadata(w: Any, p: Preset) -> None:
+    """The expert keys of a gguf.GGUFWriter (nothing for a dense preset)."""
+    if not p.is_moe:
+        return
+    w.add_expert_count(p.n_experts)
+    w.add_expert_used_count(p.n_experts_used)
+    if p.arch in EXPERT_FFN_KEY_ARCHS:
+        w.add_expert_feed_forward_length(p.expert_ffn)
