@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 
 from strata.cli import DbOption, app, check_positive, err, open_store, out
+from strata.cli.helptext import reflowed
 from strata.cli.output import (
     TABLE,
     FormatOption,
@@ -22,6 +23,7 @@ from strata.views.console import set_progress
 
 
 @app.command()
+@reflowed
 def probe(
     measure: Annotated[bool, typer.Option("--measure", help="Also measure memory bandwidth and "
                                           "matmul FLOP/s per dtype: this host's roofline "
@@ -36,15 +38,16 @@ def probe(
                                              help="Telemetry sampling interval for --watch.")]
     = 250,
     smoke: Annotated[bool, typer.Option("--smoke/--no-smoke", help="Run the per-device smoke "
-                                        "test (tiny ops in each dtype, in a subprocess).")]
+                                        "test: tiny ops in each dtype, in a subprocess.")]
     = True,
-    smoke_timeout: Annotated[float, typer.Option("--smoke-timeout", metavar="SECONDS",
-                                                 help="Kill a smoke test that runs longer.")]
+    smoke_timeout: Annotated[float, typer.Option(
+        "--smoke-timeout", metavar="SECONDS",
+        help="Kill a smoke test that runs longer than this.")]
     = 90.0,
     allow_busy: Annotated[bool, typer.Option("--allow-busy", help="With --measure: store the "
                                              "roofline even when other processes kept the "
                                              "host busy in every attempt (its peaks are then "
-                                             "low; it is stored flagged).")] = False,
+                                             "low; it is stored flagged as such).")] = False,
     progress: ProgressOption = None,
     db: DbOption = None,
 ) -> None:
@@ -89,6 +92,7 @@ def probe(
 
 
 @app.command()
+@reflowed
 def hosts(
     fmt: FormatOption = None,
     json_out: JsonOption = False,

@@ -9,6 +9,7 @@ import typer
 
 from strata.backends import names
 from strata.cli import DbOption, app, err, open_store, out
+from strata.cli.helptext import reflowed
 from strata.cli.output import (
     CHOICES,
     FormatOption,
@@ -26,6 +27,7 @@ Opt = typer.Option
 
 
 @app.command()
+@reflowed
 def compare(
     side_a: Annotated[str, typer.Argument(metavar="A", help="Baseline: run id, run:N, "
                                           "host:FP, backend:NAME or commit:SHA (strata's "
@@ -58,6 +60,7 @@ def compare(
 
 
 @app.command()
+@reflowed
 def history(
     model: Annotated[str | None, typer.Argument(help="Only this model (as given to bench).")]
     = None,
@@ -67,7 +70,7 @@ def history(
     = None,
     fmt: Annotated[str | None, typer.Option(
         "--format", "-o", metavar="FORMAT", show_default=False,
-        help="table (default), json, jsonl, csv, md or sql (docs/output.md).")] = None,
+        help="table|json|jsonl|csv|md|sql")] = None,
     json_out: JsonOption = False,
     db: DbOption = None,
 ) -> None:
@@ -103,6 +106,7 @@ def history(
 
 
 @app.command()
+@reflowed
 def report(
     out_path: Annotated[Path, typer.Option("--out", metavar="FILE", help="Where to write the "
                                            "HTML file.")] = Path("report.html"),
@@ -132,13 +136,14 @@ def report(
 
 
 @app.command()
+@reflowed
 def quality(
     model: Annotated[str, typer.Argument(
         help="file.gguf, a Hugging Face dir (with its tokenizer files), synthetic:<preset>"
-        "\\[@f32|f16|q8_0|q4_0] or ollama:NAME\\[:TAG].")],
+        "\\[@f32|f16|q8_0|q4_0] or ollama:NAME\\[:TAG] (a pulled model).")],
     ref: Annotated[str | None, typer.Option(
         "--ref", metavar="MODEL", help="Reference with the same vocabulary (e.g. the f16 of a "
-        "q4_0): adds KL divergence, top-1 agreement and the decode speed ratio.")] = None,
+        "q4_0): adds KL divergence, top-1 agreement and the speed ratio of the two.")] = None,
     text: Annotated[Path | None, typer.Option(
         "--text", metavar="FILE", help="UTF-8 text to score (default: the stdlib's pydoc "
         "topics, offline).")] = None,
@@ -147,7 +152,8 @@ def quality(
         "(llama-perplexity's convention).")] = 512,
     backend: Annotated[str, typer.Option(
         "--backend", "-B", help=f"{', '.join(names(scoring=True))}, both, or auto (the first "
-        f"of {', '.join(names(scoring=True))} that can read the model).")] = "auto",
+        f"of {', '.join(names(scoring=True))} that can read the model, in that order).")]
+    = "auto",
     max_chunks: Annotated[int, typer.Option(
         "--max-chunks", metavar="K", help="Score only the first K chunks (bounds the time).")]
     = 32,
@@ -162,9 +168,9 @@ def quality(
     Results are stored with the host, next to the bench results.
 
     [bold]Examples[/bold]
-      strata quality synthetic:smollm2-135m@q8_0          [dim]# perplexity, default text[/dim]
-      strata quality model-q4_0.gguf --ref model-f16.gguf  [dim]# KL, top-1, speed ratio[/dim]
-      strata quality model.gguf --backend both --ctx 256   [dim]# llama.cpp vs PyTorch[/dim]
+      strata quality synthetic:smollm2-135m@q8_0          [dim]# perplexity[/dim]
+      strata quality model-q4_0.gguf --ref model-f16.gguf  [dim]# KL, top-1, speed[/dim]
+      strata quality model.gguf --backend both --ctx 256   [dim]# llama.cpp vs torch[/dim]
       strata quality model.gguf --text my.txt --max-chunks 64 -o json
     """
     fmt = output_format(fmt, json_out)
@@ -177,6 +183,7 @@ def quality(
 
 
 @app.command()
+@reflowed
 def fit(
     model: Annotated[str, typer.Argument(
         metavar="MODEL", help="file.gguf, a Hugging Face dir, synthetic:<preset>@<quant> "
@@ -188,7 +195,7 @@ def fit(
     batch: Annotated[int, typer.Option("--batch", help="Parallel sequences, each with its own "
                                        "context.")] = 1,
     kv_type: Annotated[str | None, typer.Option("--kv-type", help="KV cache type for llamacpp: "
-                                                "f16 (default), q8_0, q4_0.",
+                                                "f16 (default), q8_0 or q4_0.",
                                                 show_default=False)] = None,
     backend: Annotated[str, typer.Option("--backend", "-B",
                                          help=f"{' or '.join(names(fit=True))}.")]

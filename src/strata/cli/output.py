@@ -22,7 +22,7 @@ CHOICES = (TABLE, *GENERIC_FORMATS)  # table, md, csv, json, jsonl
 
 FormatOption = Annotated[str | None, typer.Option(
     "--format", "-o", metavar="FORMAT", show_default=False,
-    help="table (default), json, jsonl, csv or md (docs/output.md).")]
+    help="table|json|jsonl|csv|md")]  # fits the narrowest help column on one line
 JsonOption = Annotated[bool, typer.Option("--json", help="Same as -o json.")]
 ProgressOption = Annotated[bool | None, typer.Option(
     "--progress/--no-progress", show_default=False,
