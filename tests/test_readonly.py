@@ -37,13 +37,13 @@ def test_without_a_database_nothing_is_created(tmp_path: Path, args: tuple[str, 
     assert proc.returncode == code, proc.stderr
     assert not home.exists(), sorted(p.name for p in home.rglob("*"))
     if args[0] != "fit":  # fit plans from the model's metadata alone: no DB needed
-        assert "no results database" in proc.stderr and "nothing was created" in proc.stderr
+        assert "no database at" in proc.stderr and "nothing was created" in proc.stderr
 
 
 def test_report_and_db_flag_create_nothing(tmp_path: Path) -> None:
     home, out = tmp_path / "home", tmp_path / "r.html"
     proc = run_cli("report", "--out", str(out), home=home)
-    assert proc.returncode == 2 and "no results database" in proc.stderr
+    assert proc.returncode == 2 and "no results yet: no database at" in proc.stderr
     assert not home.exists() and not out.exists()
     db = tmp_path / "missing" / "dir" / "strata.db"
     listed = run_cli("hosts", "-o", "json", "--db", str(db), home=home)

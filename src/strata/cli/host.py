@@ -115,6 +115,6 @@ def hosts(
     rows = list_hosts(conn) if conn is not None else []
     if not rows:
         where = no_store(db) if conn is None else "no hosts stored yet"
-        err.print(f"{where}: run `strata probe` (or `strata probe --measure`)", markup=False)
+        err.print(f"{where}; run `strata probe` (or `strata probe --measure`)", markup=False)
     emit(out, fmt, host_records(rows), table=lambda: rows and out.print(hosts_table(rows)))
 

@@ -53,7 +53,7 @@ def compare(
     fmt = output_format(fmt, json_out)
     conn = read_store(db)
     if conn is None:
-        raise InputError(f"{no_store(db)}: run strata bench first")
+        raise InputError(f"{no_store(db)}; run strata bench first")
     pairs = run_compare(conn, side_a, side_b)
     emit(out, fmt, pair_records(conn, pairs), md_columns=COMPARE_FIELDS,
          table=lambda: out.print(compare_table(pairs, side_a, side_b)))
@@ -93,7 +93,7 @@ def history(
     fmt = output_format(fmt, json_out, (*CHOICES, "sql"))
     conn = read_store(db)
     if conn is None:
-        raise InputError(f"{no_store(db)}: run strata bench first")
+        raise InputError(f"{no_store(db)}; run strata bench first")
     rows = run_history(conn, model, backend, test)
     records = [h.to_record() for h in rows]
     if fmt == "sql":
@@ -128,7 +128,7 @@ def report(
 
     conn = read_store(db)
     if conn is None:
-        raise InputError(f"{no_store(db)}: run strata probe or strata bench first")
+        raise InputError(f"{no_store(db)}; run strata probe or strata bench first")
     outcome = run_report(conn, out_path)
     out.print(outcome.summary(), highlight=False, soft_wrap=True, markup=False)
     if open_it and not open_report(outcome.path):

@@ -74,4 +74,5 @@ def read_store(db: Path | None) -> sqlite3.Connection | None:
 
 
 def no_store(db: Path | None) -> str:
-    return f"no results database at {db_path(db)} yet (nothing was created)"
+    """What a read-only command says when there is no DB file (and it created none)."""
+    return f"no results yet: no database at {db_path(db)} (nothing was created)"
