@@ -25,13 +25,26 @@ bench: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks
 
+# ggml's AMX matmul, which -march=native turns on for Xeons with AMX, segfaults on the first
+# q8_0 prompt (ggml_backend_amx_mul_mat; llama.cpp issue #20824, open): on x86_64 llama.cpp
+# is built without it (the AVX-512/VNNI paths remain). LLAMA_CMAKE_ARGS= builds it as is.
+NO_AMX := -mno-amx-tile -mno-amx-int8 -mno-amx-bf16
+ifeq ($(shell uname -m),x86_64)
+LLAMA_CMAKE_ARGS ?= -DCMAKE_C_FLAGS='$(NO_AMX)' -DCMAKE_CXX_FLAGS='$(NO_AMX)'
+endif
+PIP_LLAMA := CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PY) -m pip install --quiet \
+	-c requirements/cpu-constraints.txt
+
 # The constraints file pins the CPU wheel of torch so a CPU machine does not pull a
 # multi-GB CUDA build (GPU users install their own torch first) and the llama-cpp-python
 # release known to build here; pip compiles it once (~7 min on 2 cores) and caches the wheel.
+# A cached wheel built with AMX (before the flags above) is dropped and rebuilt once.
 $(STAMP): pyproject.toml requirements/cpu-constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --upgrade --quiet pip
-	$(PY) -m pip install --quiet -c requirements/cpu-constraints.txt -e '.[torch,llamacpp,kernels,dev]'
+	$(PIP_LLAMA) -e '.[torch,llamacpp,kernels,dev]'
+	$(PY) scripts/llamacpp_amx.py || { $(PY) -m pip cache remove llama_cpp_python; \
+		$(PIP_LLAMA) --force-reinstall --no-deps llama-cpp-python; }
 	touch $(STAMP)
 
 clean:
