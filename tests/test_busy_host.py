@@ -156,7 +156,7 @@ def test_low_eta_on_a_busy_host_names_the_host_first() -> None:
     ex = explain(spec, test, ROOF, "f16", None, {"decode_tps": ceiling * 0.02}, None, busy)
     low = next(v for v in ex.verdict if v.startswith("decode η 0.02"))
     assert "host busy: other processes used 48% of the CPUs during this test" in low
-    assert low.index("host busy") < low.index("partial offload")  # the cause comes first
+    assert low.index("host busy") < low.index("slow backend path")  # the cause first
     # 48% of the CPUs taken cost at most about 1.9x: η 0.02 needs another cause as well
     assert "even a quiet host would leave η below about 0.04: also suspect" in low
     assert ex.host_busy == busy.verdict
@@ -165,7 +165,8 @@ def test_low_eta_on_a_busy_host_names_the_host_first() -> None:
     assert explained.startswith("decode η 0.30 < 0.4: host busy: other processes used 48%")
     assert "that explains a low η (a quiet host would allow up to about 0.57)" in explained
     quiet = explain(spec, test, ROOF, "f16", None, {"decode_tps": ceiling * 0.02})
-    assert "host busy" not in " ".join(quiet.verdict) and "suspect partial" in quiet.verdict[0]
+    assert "host busy" not in " ".join(quiet.verdict)
+    assert "suspect a slow backend path" in quiet.verdict[0]
 
 
 def test_records_flag_busy_results_for_every_printer() -> None:

@@ -95,7 +95,7 @@ def record(r: StoredResult) -> dict[str, Any]:
         # the ceiling this test is judged against: prefill for pp, decode for tg and pp+tg
         "ceiling_ts": ex.get("prefill_ceiling_tps" if kind == "pp" else "decode_ceiling_tps"),
         "bytes_per_token": ex.get("bytes_per_token"),
-        "peak_rss_bytes": r.info.get("memory", {}).get("peak_proc.rss_bytes"),
+        "peak_rss_bytes": _int(r.info.get("memory", {}).get("peak_proc.rss_bytes")),
         "throttled": verdict.get("throttled"),
         # other processes' CPU use during the test (HostLoadMonitor); None: not recorded
         "host_busy": load.get("busy"), "host_busy_share": load.get("busy_share"),
@@ -143,6 +143,11 @@ def _build(r: StoredResult) -> dict[str, Any]:
 def _iso_utc(stamp: str) -> str | None:
     """test_time as llama-bench writes it (2026-01-31T12:00:00Z); None if never stored."""
     return stamp.replace("+00:00", "Z") if stamp else None
+
+
+def _int(value: Any) -> int | None:
+    """A byte count as an int (telemetry samples are floats; docs/output.md: *_bytes int)."""
+    return None if value is None else int(value)
 
 
 def swept(records: list[dict[str, Any]]) -> list[tuple[str, str]]:

@@ -49,8 +49,9 @@ def _root(version: Annotated[bool, typer.Option("--version", callback=_version,
           = False,
           progress: Annotated[bool | None, typer.Option(
               "--progress/--no-progress", show_default=False,
-              help="Progress of long commands on stderr (default: a live bar on a terminal, "
-              "plain lines otherwise; also STRATA_PROGRESS=0).")] = None) -> None:
+              help="Progress of long commands on stderr: a live bar on a terminal, plain "
+              "lines when piped; off with --no-progress or STRATA_PROGRESS=0.")] = None) \
+        -> None:
     """strata profiles local-AI hardware: probe, measure, bench, explain."""
     set_progress(progress)
 
@@ -94,4 +95,4 @@ def _fail(message: str, code: int) -> None:
 
 
 # The commands register themselves on `app` (and the kernels sub-app) when imported.
-from strata.cli import bench, host, kernels, kernels_gen, models, skills, train  # noqa: E402, F401
+from strata.cli import bench, host, kernels, kernels_gen, models, rank, skills, train  # noqa: E402, F401

@@ -107,10 +107,11 @@ def _print_presets() -> None:
     from strata.models.presets import default_model, list_presets
 
     t = Table(title=f"Synthetic presets (default {default_model()})", title_justify="left")
-    for col in ("preset", "arch", "layers", "hidden", "heads/kv", "vocab", "source"):
+    for col in ("preset", "arch", "layers", "hidden", "heads/kv", "experts", "vocab",
+                "source"):
         t.add_column(col)
     for p in list_presets():
         t.add_row(p.name, p.arch, str(p.n_layers), str(p.hidden),
-                  f"{p.n_heads}/{p.n_kv_heads}", str(p.vocab), p.source)
+                  f"{p.n_heads}/{p.n_kv_heads}", p.experts_label or "-", str(p.vocab), p.source)
     out.print(t)
     out.print("quantisations: @f32 @f16 @q8_0 @q4_0 (GGUF); torch runs the f16/f32 weights")

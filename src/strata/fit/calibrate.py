@@ -62,8 +62,8 @@ def measure(ref: str, ctx: int, kv_type: str = "f16", ubatch: int = 512) -> dict
     try:
         before = proc.memory_info().rss
         with _stderr_to(log_path):
-            backend.load(model, LoadConfig(n_ctx=ctx, kv_type=kv_type, ubatch=ubatch,
-                                           flash_attn=kv_type != "f16"))
+            backend.load(model, LoadConfig(n_ctx=ctx, kv_type=kv_type, kv_type_v=kv_type,
+                                           ubatch=ubatch, flash_attn=kv_type != "f16"))
             bos = backend.bos()
             head = [bos] if bos is not None else []
             prompt = head + backend.random_tokens(ctx - 1 - len(head), seed=0)

@@ -64,5 +64,6 @@ SCORING = Scoring(config=lambda ctx: LoadConfig(n_ctx=ctx, batch=max(ctx, 512)),
 DESCRIPTOR = BackendDescriptor(
     name="llamacpp", factory="strata.backends.llamacpp:LlamaCppBackend", accepts=("gguf",),
     help="GGUF through llama.cpp", order=10,
-    options=("threads", "n_gpu_layers", "batch", "ubatch", "flash_attn", "kv_type", "n_ctx"),
+    options=("threads", "n_gpu_layers", "batch", "ubatch", "flash_attn", "kv_type", "kv_type_v",
+             "n_ctx"),
     device=_device, fit=_fit, scoring=SCORING)
