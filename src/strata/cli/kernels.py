@@ -12,6 +12,7 @@ from rich.markup import escape
 
 from strata.cli import DbOption, app, check_positive, err, open_store, out
 from strata.cli.helptext import reflowed
+from strata.cli.status import OUTPUT_PANEL, ProgressOption, status, use_progress
 from strata.errors import InputError
 from strata.kernels.dialects import DIALECTS
 from strata.kernels.spec import all_specs
@@ -34,7 +35,7 @@ ImplOption = Annotated[str | None, typer.Option(
     "--impl", help="One implementation of OP: a dialect name or dialect.variant (dialects: "
     f"{DIALECT_NAMES}; `strata kernels list OP` shows them).", show_default=False)]
 FormatOption = Annotated[str, typer.Option(
-    "--format", "-o", metavar="FORMAT", show_default=False,
+    "--format", "-o", metavar="FORMAT", show_default=False, rich_help_panel=OUTPUT_PANEL,
     help="Output: table (default), md, csv, json or jsonl.")]
 TimeoutOption = Annotated[float, typer.Option(
     "--timeout", metavar="SECONDS", help="Sandbox seconds per implementation: the sandbox "
@@ -87,6 +88,7 @@ def kernels_verify(
                                         "has a verdict for this exact source.")] = False,
     timeout: TimeoutOption = 300.0,
     fmt: FormatOption = "table",
+    progress: ProgressOption = None,
     db: DbOption = None,
 ) -> None:
     """Prove implementations correct, each in a sandboxed subprocess.
@@ -110,13 +112,14 @@ def kernels_verify(
     from strata.commands.kernels import run_verify, select
     from strata.views.kernels import VERIFY_COLUMNS, emit, render_failures, verdict_table
 
+    use_progress(progress)
     _check_format(fmt)
     check_positive("--timeout", timeout)
     s = _kernel_session(db)
     impls = select(op, impl, s.conn)
-    with err.status("verifying…") as status:
+    with status(err, "verifying…") as line:
         verdicts = run_verify(s, impls, force=force, timeout_s=timeout,
-                              progress=lambda m: status.update(escape(m)))
+                              progress=lambda m: line.update(escape(m)))
     if fmt == "table":
         out.print(verdict_table(verdicts))
         render_failures(err, verdicts)
@@ -148,6 +151,7 @@ def kernels_bench(
                                        "are skipped (the c dialect is float32).")]
     = "float32",
     fmt: FormatOption = "table",
+    progress: ProgressOption = None,
     db: DbOption = None,
 ) -> None:
     """Time verified implementations against torch eager and torch.compile, side by side.
@@ -170,6 +174,7 @@ def kernels_bench(
     from strata.kernels.spec import get_spec
     from strata.views.kernels import BENCH_COLUMNS, bench_table, emit, figure_record
 
+    use_progress(progress)
     _check_format(fmt)
     check_positive("--max-time", max_time)
     if cache not in ("cold", "warm"):
@@ -184,11 +189,11 @@ def kernels_bench(
     roof = s.host.roofline(err)
     figures = []
     for n, name in enumerate(ops, 1):  # each op's table as soon as it is measured
-        with err.status(f"[{n}/{len(ops)}] {name}…") as status:
+        with status(err, f"[{n}/{len(ops)}] {name}…") as line:
             done = run_bench(s, [i for i in impls if i.op == name], roof, shapes=shapes,
                              compile_=compile_, max_time_s=max_time, cache=cache,
                              dtype=dtype,
-                             progress=lambda m, n=n: status.update(
+                             progress=lambda m, n=n: line.update(
                                  f"[{n}/{len(ops)}] {escape(m)}"))
         figures += done
         if fmt == "table" and done:
@@ -237,6 +242,7 @@ def kernels_add(
     bench: Annotated[bool, typer.Option("--bench/--no-bench", help="Benchmark it after it "
                                         "verifies.")] = True,
     timeout: TimeoutOption = 300.0,
+    progress: ProgressOption = None,
     db: DbOption = None,
 ) -> None:
     """Register an external kernel (hand-written or model-written): static check, sandboxed
@@ -256,12 +262,13 @@ def kernels_add(
     from strata.commands.kernels import abi_path, add_kernel, judge_added, read_external
     from strata.views.kernels import bench_table, render_decision, render_failures, verdict_table
 
+    use_progress(progress)
     check_positive("--timeout", timeout)
     read_external(file)  # a file without a valid declaration fails before the host probe
     s = _kernel_session(db)
-    with err.status(f"verifying {escape(str(file))}…") as status:
+    with status(err, f"verifying {escape(str(file))}…") as line:
         outcome = add_kernel(s, file, timeout_s=timeout,
-                             progress=lambda m: status.update(escape(m)))
+                             progress=lambda m: line.update(escape(m)))
     out.print(verdict_table([outcome.verdict]))
     render_failures(err, [outcome.verdict])
     if not outcome.registered:
@@ -273,8 +280,8 @@ def kernels_add(
                   "is (verify there)", markup=False)
         return
     roof = s.host.roofline(err) if bench else None
-    with err.status("benchmarking…") as status:
-        judge_added(s, outcome, roof, progress=lambda m: status.update(escape(m)))
+    with status(err, "benchmarking…") as line:
+        judge_added(s, outcome, roof, progress=lambda m: line.update(escape(m)))
     if outcome.figures:
         out.print(bench_table(outcome.figures,
                               f"{outcome.impl.op}: {outcome.impl.name} vs torch eager"))

@@ -12,6 +12,7 @@ from rich.markup import escape
 from strata.cli import DbOption, check_positive, err, open_store, out
 from strata.cli.helptext import reflowed
 from strata.cli.kernels import DIALECT_NAMES, OPS, _check_format, kernels_app
+from strata.cli.status import OUTPUT_PANEL, ProgressOption, status, use_progress
 from strata.errors import InputError
 
 # Options come in panels: each is its own table, so its columns fit its own names and the
@@ -135,8 +136,10 @@ def kernels_generate(
     max_tokens: MaxTokensOption = None,
     request_timeout: RequestTimeoutOption = 300.0,
     fmt: Annotated[str, typer.Option("--format", "-o", metavar="FORMAT", show_default=False,
+                                     rich_help_panel=OUTPUT_PANEL,
                                      help="table (default), or the attempts as md, csv, "
                                      "json or jsonl.")] = "table",
+    progress: ProgressOption = None,
     db: DbOption = None,
 ) -> None:
     """A language model writes OP for this hardware dialect; the lab judges every reply.
@@ -162,6 +165,7 @@ def kernels_generate(
     from strata.kernels.gen.loop import GenConfig, generate
     from strata.kernels.spec import get_spec
 
+    use_progress(progress)
     _check_format(fmt)
     _check_counts(turns, samples, temperature)
     check_positive("--timeout", timeout)
@@ -177,9 +181,9 @@ def kernels_generate(
                         samples=samples, temperature=temperature, max_tokens=max_tokens,
                         skill=chosen_skill, register=register, bench=bench,
                         timeout_s=timeout, jobs=default_jobs())
-        with err.status(f"{name} writing {op} ({dialect}, {target})…") as status:
+        with status(err, f"{name} writing {op} ({dialect}, {target})…", lines=False) as line:
             result = generate(cfg, client, s.conn, roof,
-                              _Board(status, samples, f"{op}: "))
+                              _Board(line, samples, f"{op}: "))
     _show_generate(result, fmt)
     _no_bench_note(bench)
     if result.best is None:
@@ -231,6 +235,7 @@ def kernels_attempts(
         "as JSON lines, to replay elsewhere with `strata kernels eval --replay FILE`.",
         show_default=False)] = None,
     fmt: Annotated[str, typer.Option("--format", "-o", metavar="FORMAT", show_default=False,
+                                     rich_help_panel=OUTPUT_PANEL,
                                      help="table (default), md, csv, json or jsonl.")]
     = "table",
     db: DbOption = None,
@@ -287,7 +292,9 @@ def kernels_eval(
     stream: StreamOption = False,
     request_timeout: RequestTimeoutOption = 300.0,
     fmt: Annotated[str, typer.Option("--format", "-o", metavar="FORMAT", show_default=False,
+                                     rich_help_panel=OUTPUT_PANEL,
                                      help="table (default), md or json.")] = "table",
+    progress: ProgressOption = None,
     db: DbOption = None,
 ) -> None:
     """A leaderboard of models as kernel writers, measured by execution on this host.
@@ -314,6 +321,7 @@ def kernels_eval(
     from strata.kernels.gen.evaluate import replay as replay_run
     from strata.kernels.gen.metrics import score
 
+    use_progress(progress)
     if fmt not in ("table", "md", "json"):
         raise InputError(f"--format {fmt}: choose table, md or json")
     _check_counts(turns, samples, temperature)
@@ -327,8 +335,8 @@ def kernels_eval(
         s = session(conn=open_store(db))
     target = _device(s, dialect, device)
     roof = s.host.roofline(err) if bench else None
-    with err.status("evaluating…") as status:
-        say = lambda m: status.update(escape(m))  # noqa: E731
+    with status(err, "evaluating…", lines=False) as line:
+        say = lambda m: line.update(escape(m))  # noqa: E731
         if replay is not None:
             if not replay.is_file():
                 raise InputError(f"--replay {replay}: not found (write one with `strata "

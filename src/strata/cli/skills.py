@@ -28,6 +28,7 @@ from strata.cli.kernels_gen import (
     _client,
     _device,
 )
+from strata.cli.status import OUTPUT_PANEL, ProgressOption, status, use_progress
 from strata.errors import InputError
 
 skills_app = typer.Typer(
@@ -88,6 +89,7 @@ def skills_write(
                                              "folder's name).", show_default=False)] = None,
     api_key_env: KeyOption = None,
     max_tokens: MaxTokensOption = None,
+    progress: ProgressOption = None,
     db: DbOption = None,
 ) -> None:
     """A teacher model writes a skill from the lab's verified built-ins.
@@ -103,6 +105,7 @@ def skills_write(
     from strata.commands.kernels import session
     from strata.kernels.skills.teach import write_skill
 
+    use_progress(progress)
     ops = _ops(train_ops) or []
     with err.status("probing host…"):
         s = session(conn=open_store(db))
@@ -110,7 +113,7 @@ def skills_write(
     roof = s.host.roofline(err)
     with _client(teacher, api_key_env, False) as client:
         model = client.resolve_model(teacher_model)
-        with err.status(f"{model} writing the skill…"):
+        with status(err, f"{model} writing the skill…", lines=False):
             skill = write_skill(client, model, s, dialect=dialect, device=target,
                                 roofline=roof, train_ops=ops, dest=dest,
                                 name=name or dest.name, max_tokens=max_tokens)
@@ -144,7 +147,9 @@ def skills_eval(
     timeout: TimeoutOption = 120.0,
     stream: StreamOption = False,
     fmt: Annotated[str, typer.Option("--format", "-o", metavar="FORMAT", show_default=False,
+                                     rich_help_panel=OUTPUT_PANEL,
                                      help="table (default), md or json.")] = "table",
+    progress: ProgressOption = None,
     db: DbOption = None,
 ) -> None:
     """Measure a skill on a student model, with and without it, by execution.
@@ -169,6 +174,7 @@ def skills_eval(
     from strata.views.kernels import emit
     from strata.views.kernels_gen import AB_COLUMNS, AB_NUMERIC, ab_records, ab_table
 
+    use_progress(progress)
     if fmt not in ("table", "md", "json"):
         raise InputError(f"--format {fmt}: choose table, md or json")
     _check_counts(turns, samples, temperature)
@@ -184,9 +190,9 @@ def skills_eval(
         base = EvalConfig(models=[model], ops=op_list, dialect=chosen_dialect, device=target,
                           samples=samples, turns=turns, temperature=temperature, bench=bench,
                           timeout_s=timeout, jobs=default_jobs())
-        with err.status("A/B…") as status:
+        with status(err, "A/B…", lines=False) as line:
             result = run_ab(base, chosen, client, s.conn, roof,
-                            lambda m: status.update(m.replace("[", "\\[")))
+                            lambda m: line.update(m.replace("[", "\\[")))
     if fmt == "table":
         out.print(ab_table(result.ab))
     elif fmt == "json":

@@ -17,8 +17,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from strata.cli import DbOption, app, err, open_store, out
 from strata.cli.helptext import reflowed
+from strata.cli.status import ProgressOption, use_progress
 from strata.errors import InputError
 from strata.train.presets import DEFAULT_PRESET, PRESETS
+from strata.views.console import progress_enabled
 
 Opt = typer.Option
 
@@ -40,6 +42,7 @@ class Bar:
 
     def __init__(self, store: Any) -> None:
         self.store = store
+        self.shown = progress_enabled()  # --no-progress: no bar, no step lines
         self.bar = Progress(TextColumn("train", style="bold"), BarColumn(), MofNCompleteColumn(),
                             TextColumn("{task.fields[stats]}", markup=False), TimeElapsedColumn(),
                             TextColumn("ETA {task.fields[eta]}", markup=False), console=err,
@@ -55,7 +58,8 @@ class Bar:
                   f" {escape(row.out_dir)}" + (f"; resuming at step {done}" if done else ""),
                   highlight=False)
         self.bar.reset(self.task, total=steps, completed=done)  # elapsed from here
-        self.bar.start()
+        if self.shown:
+            self.bar.start()
 
     def step(self, s: Any) -> None:
         mfu = f" · MFU {100 * s.mfu:.2f}%" if s.mfu is not None else ""
@@ -63,8 +67,8 @@ class Bar:
         self.bar.update(self.task, completed=s.step, eta=_duration(s.eta_s), stats=stats)
         total = int(self.bar.tasks[0].total or 0)
         # A log or pipe gets no live bar: a plain line every tenth of the run instead.
-        if not err.is_terminal and total and (s.step % max(1, total // 10) == 0
-                                              or s.step == total):
+        if self.shown and not err.is_terminal and total and (
+                s.step % max(1, total // 10) == 0 or s.step == total):
             err.print(f"step {s.step}/{total}: {stats} · ETA {_duration(s.eta_s)}",
                       highlight=False)
 
@@ -209,6 +213,7 @@ def train(
     export: Annotated[bool, Opt(
         "--export/--no-export", rich_help_panel=RUN,
         help="Write the Hugging Face folder and the GGUF at the end.")] = True,
+    progress: ProgressOption = None,
     db: DbOption = None,
 ) -> None:
     """Train a small Llama from scratch, then export it (Hugging Face + GGUF) for bench and
@@ -230,6 +235,7 @@ def train(
     from strata.train.run import train as run_train
 
     args = dict(locals())
+    use_progress(args.pop("progress"))
     args["out"] = args.pop("out_dir")
     world = world_from_env()
     cfg, resumed = _config(args, world, db)
