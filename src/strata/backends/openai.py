@@ -86,6 +86,7 @@ class OpenAIBackend:
         self._text: PromptText | None = None
         self._text_notes: list[str] = []  # how the prompt text came to be what it is
         self._rng = random.Random(0)  # tg prompts for servers that refuse an empty one
+        self._owns_text = True  # False for a worker(): the prompt text is its parent's
 
     # -- load / close ------------------------------------------------------------------
     def load(self, model: ResolvedModel, config: LoadConfig) -> None:
@@ -177,8 +178,26 @@ class OpenAIBackend:
             text = self._text = CalibratedText(self._count_prompt)
         return text
 
+    def worker(self) -> OpenAIBackend:
+        """Another client of the same loaded endpoint, for concurrent requests (serving
+        load, bench/load.py): its own httpx client and connection, sharing this backend's
+        server description and prompt text, so a prompt built here is sent as is from there.
+        Its connection is opened now (an untimed GET /models), not in a timed request."""
+        if self._client is None or self._server is None or self._text is None:
+            raise StrataError("openai: no endpoint loaded")
+        other = OpenAIBackend(self.read_timeout)
+        other._client = httpx.Client(timeout=self._client.timeout, trust_env=False)
+        other._server, other._text, other._owns_text = self._server, self._text, False
+        other._text_notes = list(self._text_notes)
+        try:
+            other._get_json(self._server.endpoint + "/models")
+        except BaseException:
+            other.close()
+            raise
+        return other
+
     def close(self) -> None:
-        if self._text is not None:
+        if self._text is not None and self._owns_text:
             self._text.close()
         if self._client is not None:
             self._client.close()

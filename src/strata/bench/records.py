@@ -103,7 +103,30 @@ def record(r: StoredResult) -> dict[str, Any]:
         "notes": (_busy_note(load, ex) + r.info.get("notes", []) + ex.get("verdict", [])
                   + _peak_notes(r) + _sustained_note(r) + _throttle_note(verdict)),
         "sustained": r.info.get("sustained"),
+        **_latency(r), **_load(r),
     }
+
+
+# Serving-load fields (bench/load.py): one record per level; None on a single-request test.
+LOAD_FIELDS = ("concurrency", "request_rate", "requests", "window_s", "output_tokens",
+               "output_ts", "requests_ps", "slo_ttft_ms", "slo_itl_ms", "goodput_rps",
+               "goodput_share", "in_flight_max", "server_parallel")
+_LOAD_KEYS = {"output_ts": "output_tps"}  # record field -> info["load"] key where they differ
+
+
+def _latency(r: StoredResult) -> dict[str, Any]:
+    """TTFT and E2E percentiles over the stored samples (repetitions, or a load level's
+    requests)."""
+    out = {}
+    for metric, name in (("ttft_s", "ttft"), ("e2e_s", "e2e")):
+        for stat, suffix in (("median", "p50"), ("p90", "p90"), ("p99", "p99")):
+            out[f"{name}_{suffix}_ms"] = _ms(r, metric, stat)
+    return out
+
+
+def _load(r: StoredResult) -> dict[str, Any]:
+    load = r.info.get("load") or {}
+    return {name: load.get(_LOAD_KEYS.get(name, name)) for name in LOAD_FIELDS}
 
 
 def _settings(r: StoredResult) -> dict[str, Any]:

@@ -28,6 +28,11 @@ def bench(**params: Any) -> None:
     sweep (-p 128,512 -t 1-2). Every result is stored with the host, versions,
     full config and raw samples.
 
+    An endpoint under serving load (--concurrency, --request-rate): each level is
+    a timed window of --num-requests requests; it reports output t/s, requests/s,
+    TTFT, ITL and end-to-end percentiles, goodput under the stated SLO, and says
+    when the server queues requests.
+
     [bold]What the figures mean[/bold]
       t/s      mean ± SD of n timed repetitions (n=1: no SD; ! marks SD > mean)
       ceiling  the t/s this host's measured roofline allows for this model and
@@ -50,6 +55,7 @@ def bench(**params: Any) -> None:
       strata bench synthetic:qwen2.5-0.5b@q4_0 -p 128,512 -n 64
       strata bench model.gguf -B llamacpp -t 1-2 -d 0,1024 -o md
       strata bench http://127.0.0.1:8080 --model-name my-model -p 256 -n 64
+      strata bench http://127.0.0.1:8080 --concurrency 1,2,4,8 -p 256 -n 64
     """
     from strata.commands.bench import print_outcome, run_bench
     from strata.views.console import set_progress

@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import Progress
 
+from strata.bench.load import LoadBenchConfig, LoadRunner
 from strata.bench.plan import BenchConfig, Job
 from strata.bench.records import record
 from strata.bench.runner import Events, Outcome, Runner, resolve_all
@@ -86,7 +87,8 @@ def _progress(console: Console, total: int,
 
     def done(r: StoredResult) -> None:
         n = r.metrics.get("e2e_s", {}).get("n")
-        reps = f" · {n} rep{'s' if n != 1 else ''}" if n else ""
+        unit = "request" if r.info.get("load") else "rep"  # a load level: its requests
+        reps = f" · {n} {unit}{'s' if n != 1 else ''}" if n else ""
         bar.update(task, description=f"{r.model} · {r.backend} · {r.test}{reps}", advance=1)
 
     def skipped(what: str, _why: str) -> None:  # the reason is listed with the results
@@ -122,7 +124,9 @@ def run_bench(conn: sqlite3.Connection, config: BenchConfig, console: Console,
     profile, fingerprint = host.profile, host.fingerprint
     check_fits(models, profile, config)  # before spending time on the roofline
     warn_no_offload(config, console)
-    roof = host.roofline(console)
+    load = config if isinstance(config, LoadBenchConfig) else None
+    # serving load measures a server, which no roofline of this host explains
+    roof = host.roofline(console) if load is None else None
     run_id = start_run(conn, fingerprint, "bench", sys.argv[1:], config.to_dict())
     done: list[StoredResult] = []
 
@@ -132,15 +136,19 @@ def run_bench(conn: sqlite3.Connection, config: BenchConfig, console: Console,
         return r
 
     total = len(config.models) * len(config.backends) * len(config.loads) * len(config.tests)
+    total = load.n_results() if load is not None else total
     bar, events = _progress(console, total, config.tests)
     status, error = "failed", None
     outcome = Outcome()
     try:
         with bar:
-            outcome = Runner(config, roof, store, events,
-                             profile.cpu.last_level_cache_bytes(),
-                             peaks=host.peak_keeper(roof),
-                             update=lambda r: update_explanation(conn, r)).run(models)
+            if load is not None:
+                outcome = LoadRunner(load, store, events).run(models)
+            else:
+                outcome = Runner(config, roof, store, events,
+                                 profile.cpu.last_level_cache_bytes(),
+                                 peaks=host.peak_keeper(roof),
+                                 update=lambda r: update_explanation(conn, r)).run(models)
         status = "complete"
     except KeyboardInterrupt:
         status = "incomplete"  # Ctrl-C: keep what finished, say so, print it
@@ -174,10 +182,24 @@ def print_outcome(outcome: BenchOutcome, fmt: str, out: Console, err: Console) -
     from strata.views.bench import bench_table, notes_lines
 
     if fmt == "table":
-        if outcome.records:
-            out.print(bench_table(outcome.records, title=f"strata bench · run {outcome.run_id}"))
+        title = f"strata bench · run {outcome.run_id}"
+        loaded = [r for r in outcome.records if r.get("requests") is not None]
+        if loaded:
+            from strata.views.load import load_tables
+
+            for table in load_tables(loaded, title=title):
+                out.print(table)
+        if len(loaded) < len(outcome.records):
+            out.print(bench_table([r for r in outcome.records if r.get("requests") is None],
+                                  title=title))
         for line in notes_lines(outcome.records):  # name models as typed: escaped
             err.print(f"[dim]note[/dim] {escape(line)}", highlight=False)
+    elif fmt == "md" and outcome.records and all(r.get("requests") is not None
+                                                 for r in outcome.records):
+        from strata.views.load import load_md
+
+        out.file.write(load_md(outcome.records))  # a load sweep's own columns
+        out.file.flush()
     elif outcome.records or not (outcome.error or outcome.nothing_ran()):
         out.file.write(FORMATS[fmt](outcome.records))
         out.file.flush()

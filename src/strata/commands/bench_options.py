@@ -12,8 +12,17 @@ from rich.markup import escape
 
 from strata.backends import registry
 from strata.backends.base import LoadConfig
+from strata.bench.load import (
+    DEFAULT_SLO_ITL_MS,
+    DEFAULT_SLO_TTFT_MS,
+    MAX_WORKERS,
+    LoadBenchConfig,
+    LoadPlan,
+    Slo,
+    make_levels,
+)
 from strata.bench.plan import BenchConfig, RepPolicy, load_grid
-from strata.bench.scenario import build_tests, parse_int_list, parse_pairs
+from strata.bench.scenario import BenchTest, build_tests, parse_int_list, parse_pairs
 from strata.errors import InputError
 
 KV_TYPES = ("f16", "f32", "bf16", "q8_0", "q4_0")  # llama.cpp's -ctk/-ctv types strata knows
@@ -30,6 +39,7 @@ def backend_help() -> str:
 
 
 Opt = typer.Option
+LOAD_PANEL = "Serving load (endpoints)"
 
 
 @dataclass
@@ -81,7 +91,27 @@ class BenchFlags:
                                            "continuously: t/s timeline and throttling.")] = None
     model_name: Annotated[str | None, Opt("--model-name", help="Model id for an endpoint "
                                           "(default: the server's first).")] = None
-    seed: Annotated[int, Opt("--seed", help="Seed for the random prompts.")] = 0
+    seed: Annotated[int, Opt("--seed", help="Seed for the random prompts (and arrival "
+                             "times).")] = 0
+    concurrency: Annotated[str | None, Opt(
+        "--concurrency", metavar="C", rich_help_panel=LOAD_PANEL,
+        help="Serving load on an endpoint: C requests in flight at once, each level "
+        "(e.g. 1,2,4,8) one timed window.")] = None
+    request_rate: Annotated[str | None, Opt(
+        "--request-rate", metavar="R", rich_help_panel=LOAD_PANEL,
+        help="Poisson arrivals, R requests/s (a list sweeps); --concurrency then caps "
+        "those in flight.")] = None
+    num_requests: Annotated[int | None, Opt(
+        "--num-requests", metavar="N", rich_help_panel=LOAD_PANEL,
+        help="Requests per level (default 4 x C, at least 8; with a rate, about 10 s of "
+        "arrivals).")] = None
+    slo_ttft_ms: Annotated[float | None, Opt(
+        "--slo-ttft-ms", metavar="MS", rich_help_panel=LOAD_PANEL,
+        help=f"Goodput SLO: time to first token (default {DEFAULT_SLO_TTFT_MS:g}).")] = None
+    slo_itl_ms: Annotated[float | None, Opt(
+        "--slo-itl-ms", metavar="MS", rich_help_panel=LOAD_PANEL,
+        help="Goodput SLO: a request's mean inter-token latency (default "
+        f"{DEFAULT_SLO_ITL_MS:g}).")] = None
 
 
 def command_signature(cls: type, extra: list[inspect.Parameter]) -> \
@@ -183,6 +213,8 @@ def _models(f: BenchFlags) -> list[str]:
 
 
 def build_config(f: BenchFlags) -> BenchConfig:
+    if _load_mode(f):
+        return build_load_config(f)
     for flag, value, zero in (("--max-time", f.max_time, False), ("--delay", f.delay, True),
                               ("--max-reps", f.max_reps, False)):
         _positive(flag, value, zero)
@@ -202,5 +234,97 @@ def build_config(f: BenchFlags) -> BenchConfig:
     return BenchConfig(models=models, backends=backends, tests=tests, loads=loads, reps=reps,
                        model_name=f.model_name, delay_s=f.delay, sustained_s=f.sustained,
                        seed=f.seed)
+
+_LOAD_ONLY = (("--num-requests", "num_requests"), ("--slo-ttft-ms", "slo_ttft_ms"),
+              ("--slo-itl-ms", "slo_itl_ms"))
+
+
+def _load_mode(f: BenchFlags) -> bool:
+    if f.concurrency is not None or f.request_rate is not None:
+        return True
+    given = [flag for flag, name in _LOAD_ONLY if getattr(f, name) is not None]
+    if given:
+        raise InputError(f"{given[0]}: only with --concurrency or --request-rate (serving "
+                         "load on an endpoint)")
+    return False
+
+
+def _is_endpoint(model: str) -> bool:
+    return model.startswith(("http://", "https://", "ollama:"))
+
+
+def _rates(text: str) -> list[float]:
+    try:
+        rates = [float(w) for w in text.split(",") if w.strip()]
+    except ValueError:
+        raise InputError(f"--request-rate {text}: expected requests per second, e.g. 2 or "
+                         "0.5,1,2") from None
+    if not rates:
+        raise InputError(f"--request-rate {text}: expected one or more rates")
+    for r in rates:
+        _positive("--request-rate", r)
+    return sorted(set(rates))
+
+
+def build_load_config(f: BenchFlags) -> LoadBenchConfig:
+    """--concurrency / --request-rate: request shapes (pp N + tg M) at load levels on an
+    endpoint (bench/load.py). Flags that only mean something for one request are refused."""
+    flag = "--concurrency" if f.concurrency is not None else "--request-rate"
+    models = _models(f)
+    local = next((m for m in models if not _is_endpoint(m)), None)
+    if local is not None:
+        raise InputError(f"{flag}: serving load needs an endpoint (http://host:port or "
+                         f"ollama:NAME); {local} is not one")
+    if f.backend not in ("auto", "openai"):
+        raise InputError(f"{flag}: serving load runs on the openai backend (-B openai), "
+                         f"not -B {f.backend}")
+    for bad, why in ((f.sustained is not None, "--sustained"),
+                     (f.reps is not None, "-r (a level is one window of --num-requests)"),
+                     (any(parse_int_list("-d", f.depth, 0)), "-d (each request is a fresh "
+                      "prompt)")):
+        if bad:
+            raise InputError(f"{flag}: {why} does not apply to serving load")
+    concurrency = parse_int_list("--concurrency", f.concurrency or "", 1)
+    if f.concurrency is not None and not concurrency:
+        raise InputError(f"--concurrency {f.concurrency}: expected one or more counts, e.g. "
+                         "1,2,4,8")
+    rates = _rates(f.request_rate) if f.request_rate is not None else []
+    if f.num_requests is not None and not 1 <= f.num_requests <= 10_000:
+        raise InputError(f"--num-requests {f.num_requests}: must be between 1 and 10000")
+    for name, value in (("--slo-ttft-ms", f.slo_ttft_ms), ("--slo-itl-ms", f.slo_itl_ms)):
+        if value is not None:
+            _positive(name, value)
+    levels = make_levels(concurrency, rates, f.num_requests)
+    for lv in levels:
+        if lv.concurrency and lv.concurrency > lv.requests:
+            raise InputError(f"--num-requests {lv.requests} is below --concurrency "
+                             f"{lv.concurrency}: that level would never have "
+                             f"{lv.concurrency} requests in flight")
+        if lv.workers > MAX_WORKERS:
+            raise InputError(f"{lv.name}: {lv.workers} requests in flight at once; at most "
+                             f"{MAX_WORKERS} (cap them with --concurrency)")
+    shapes = _shapes(f)
+    slo = Slo(f.slo_ttft_ms or DEFAULT_SLO_TTFT_MS, f.slo_itl_ms or DEFAULT_SLO_ITL_MS)
+    _positive("--delay", f.delay, True)
+    return LoadBenchConfig(models=models, backends=["openai"], tests=shapes,
+                           loads=[LoadConfig()], reps=RepPolicy.fixed(1),
+                           model_name=f.model_name, delay_s=f.delay, seed=f.seed,
+                           load=LoadPlan(levels, slo))
+
+
+def _shapes(f: BenchFlags) -> list[BenchTest]:
+    """Every request is a prompt of -p tokens that asks for -n tokens (each pair of the
+    lists, then every -pg pair)."""
+    prompts, gens = parse_int_list("-p", f.n_prompt, 1), parse_int_list("-n", f.n_gen, 1)
+    pairs = [(p, n) for p in prompts for n in gens] + parse_pairs("-pg", f.pg or [])
+    if not pairs:
+        raise InputError("serving load: each request needs a prompt and generated tokens "
+                         "(-p N -n M, or -pg N,M)")
+    bad = next(((p, n) for p, n in pairs if p < 1 or n < 1), None)
+    if bad:
+        raise InputError(f"serving load: a request of {bad[0]} prompt and {bad[1]} generated "
+                         "tokens; both must be at least 1")
+    return [BenchTest(p, n) for p, n in dict.fromkeys(pairs)]
+
 
 FORMATS_HELP = ("table", "md", "csv", "json", "jsonl", "sql")
