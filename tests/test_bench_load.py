@@ -12,19 +12,24 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from strata.backends.base import RunRequest, RunTrace
 from strata.bench.load import (
     Level,
     LevelFigures,
+    Slo,
     default_requests,
+    figures,
     level_notes,
     make_levels,
     max_overlap,
     poisson_arrivals,
+    run_window,
     stream_slack,
 )
 from strata.commands.bench_options import BenchFlags, build_config
@@ -60,8 +65,8 @@ def test_overlap_counts_parallel_streams_not_buffered_tails() -> None:
     assert max_overlap(parallel) == 3
     tail = [(0, 100), (95, 195)]  # the first stream's last 5 ns arrive after the next began
     assert max_overlap(tail) == 2
-    assert max_overlap(tail, stream_slack(tail, [])) == 1  # slack: a quarter of a stream
-    assert max_overlap(parallel, stream_slack(parallel, [])) == 3
+    assert max_overlap(tail, stream_slack(tail)) == 1  # slack: a quarter of a stream
+    assert max_overlap(parallel, stream_slack(parallel)) == 3
 
 
 def test_levels_and_default_request_counts() -> None:
@@ -87,6 +92,38 @@ def test_queueing_and_cut_streams_are_said() -> None:
     assert level_notes(Level(1, None, 4), _figures(1, 1), None) == []
     cut = level_notes(c2, _figures(2, 1, cut=3), "llama-cpp-python")
     assert any("3 of" in n and "--interrupt_requests False" in n for n in cut)
+
+
+class _FakeWorker:
+    """Streams two tokens 1 ms apart, ending when run returns; fails the requests whose
+    prompt is odd (as an HTTP error would)."""
+
+    def run(self, request: RunRequest) -> RunTrace:
+        t = time.perf_counter_ns()
+        if request.prompt_tokens[0] % 2:
+            raise RuntimeError("HTTP 503: busy")
+        stamps = []
+        for _ in range(2):
+            time.sleep(0.001)
+            stamps.append(time.perf_counter_ns())
+        return RunTrace(n_prompt=1, n_gen=2, t_start=t, t_prefill_end=None,
+                        token_ns=stamps, chunk_tokens=[1, 1])
+
+
+def test_a_window_counts_failed_requests_and_keeps_the_rest() -> None:
+    requests = [RunRequest((), (i,), 2) for i in range(6)]
+    for level in (Level(2, None, 6), Level(3, 200.0, 6)):  # closed loop, then Poisson
+        window = run_window([_FakeWorker() for _ in range(level.workers)], requests, level, 1)
+        f = figures(window, requests, Slo())
+        assert f.failed == 3 and len(f.runs) == 3 and "503" in f.first_error
+        assert f.output_tokens == 6 and f.good == 3 and f.cut_short == 0
+        assert 1 <= f.in_flight_max <= level.workers
+        if level.rate:  # sent no earlier than due
+            sent = [t.t_start for t in window.traces if t is not None]
+            due = [d for t, d in zip(window.traces, window.due_ns, strict=True) if t]
+            assert all(s >= d for s, d in zip(sent, due, strict=True))
+        notes = level_notes(level, f, None)
+        assert any("3 of 6 requests failed" in n for n in notes)
 
 
 # -- flags ---------------------------------------------------------------------------------

@@ -24,12 +24,15 @@ server inside it. Per level (one stored result, test "pp512+tg128 c4" or "… 2/
               mean and p50 / p90 / p99
   goodput     requests that met every SLO (TTFT ≤ --slo-ttft-ms and TPOT, the request's
               mean ITL after its first token, ≤ --slo-itl-ms), per second of the window and
-              as a share of the requests: vLLM bench serve's "request goodput"
+              as a share of the requests sent: vLLM bench serve's "request goodput"
   queueing    how many requests the server streamed at once (first to last token of each
               request, overlapping by more than a quarter of the median stream: a buffered
               tail is not parallel service) against how many were in flight: fewer
               means the server queues the rest (e.g. one slot: TTFT grows with concurrency,
               ITL stays flat), and the result says so.
+
+A request that fails (an HTTP error, a timeout) is counted, noted and missing from the
+latency figures; a level whose every request failed stops the sweep with the first error.
 """
 
 from __future__ import annotations
@@ -232,15 +235,14 @@ def max_overlap(intervals: list[tuple[int, int]], slack: int = 0) -> int:
     return best
 
 
-def stream_slack(streams: list[tuple[int, int]], itl: list[float]) -> int:
+def stream_slack(streams: list[tuple[int, int]]) -> int:
     """How long two streams must overlap to count as served at once (ns): a quarter of
-    the median stream, at least one median ITL. A one-slot server that buffers its output
-    still sends the tail of one stream while the next has begun (a short overlap); streams
-    served in parallel overlap for most of their length."""
+    the median stream. A one-slot server that buffers its output still sends the tail of
+    one stream while the next has begun (a short overlap); streams served in parallel
+    overlap for most of their length."""
     if not streams:
         return 0
-    quarter = statistics.median(b - a for a, b in streams) / 4
-    return int(max(quarter, statistics.median(itl) * NS if itl else 0.0))
+    return int(statistics.median(b - a for a, b in streams) / 4)
 
 
 @dataclass
@@ -254,6 +256,8 @@ class LevelFigures:
     server_parallel: int | None  # None: no request streamed two tokens
     client_wait_max_s: float
     cut_short: int
+    failed: int = 0
+    first_error: str = ""
 
 
 def figures(window: Window, requests: list[RunRequest], slo: Slo) -> LevelFigures:
@@ -261,7 +265,7 @@ def figures(window: Window, requests: list[RunRequest], slo: Slo) -> LevelFigure
     runs = [compute(t) for t in traces]
     window_s = (window.end - window.t0) / NS
     streams = [(t.token_ns[0], t.token_ns[-1]) for t in traces if len(t.token_ns) > 1]
-    slack = stream_slack(streams, [x for r in runs for x in r.itl_s])
+    slack = stream_slack(streams)
     waits = [(t.t_start - due) / NS for t, due in zip(window.traces, window.due_ns, strict=True)
              if t is not None]
     return LevelFigures(
@@ -269,10 +273,17 @@ def figures(window: Window, requests: list[RunRequest], slo: Slo) -> LevelFigure
         output_tokens=sum(generated(t) for t in traces),
         good=sum(slo.met(r) for r in runs),
         in_flight_max=max_overlap([(t.t_start, _last(t)) for t in traces]),
-        server_parallel=max_overlap(streams, slack) if streams else None,
+        server_parallel=max(1, max_overlap(streams, slack)) if streams else None,
         client_wait_max_s=max(0.0, max(waits, default=0.0)),
         cut_short=sum(1 for t, q in zip(window.traces, requests, strict=True)
-                      if t is not None and generated(t) < q.n_gen))
+                      if t is not None and generated(t) < q.n_gen),
+        failed=len(requests) - len(traces),
+        first_error=_one_line(window.errors[0]) if window.errors else "")
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= 160 else text[:157] + "..."
 
 
 def summaries(runs: list[RunMetrics]) -> dict[str, dict[str, Any]]:
@@ -325,6 +336,10 @@ def level_notes(level: Level, f: LevelFigures, flavour: str | None,
     q = queueing_note(level, f, flavour)
     if q:
         notes.append(q + (_against_c1(f, c1) if c1 is not None else ""))
+    if f.failed:
+        notes.append(f"{level.name}: {f.failed} of {level.requests} requests failed (the "
+                     f"first: {f.first_error}); the figures are the completed requests', and "
+                     "goodput counts the failed ones as missing the SLO")
     if f.cut_short:
         why = (" (llama-cpp-python's server interrupts a stream when another request "
                "arrives unless started with --interrupt_requests False)"
@@ -339,16 +354,16 @@ def level_notes(level: Level, f: LevelFigures, flavour: str | None,
 
 
 def level_info(level: Level, f: LevelFigures, slo: Slo, seed: int) -> dict[str, Any]:
-    n = len(f.runs)
+    n, planned = len(f.runs), level.requests
     return {
         "concurrency": level.concurrency, "request_rate": level.rate,
         "arrivals": "poisson" if level.rate else "closed loop", "seed": seed,
-        "num_requests": level.requests, "requests": n, "workers": level.workers,
+        "num_requests": planned, "requests": n, "failed": f.failed, "workers": level.workers,
         "window_s": f.window_s, "prompt_tokens": f.prompt_tokens,
         "output_tokens": f.output_tokens, "output_tps": f.output_tokens / f.window_s,
         "requests_ps": n / f.window_s, "slo_ttft_ms": slo.ttft_ms, "slo_itl_ms": slo.itl_ms,
         "good_requests": f.good, "goodput_rps": f.good / f.window_s,
-        "goodput_share": f.good / n if n else None, "in_flight_max": f.in_flight_max,
+        "goodput_share": f.good / planned, "in_flight_max": f.in_flight_max,
         "server_parallel": f.server_parallel, "cut_short": f.cut_short,
         "client_wait_max_s": f.client_wait_max_s,
     }
@@ -422,10 +437,10 @@ class LoadRunner:
         requests = [self._request(backend, test) for _ in range(level.requests)]
         seed = self.config.seed
         window = run_window(workers[:level.workers], requests, level, seed)
-        if window.errors:
+        if window.errors and all(t is None for t in window.traces):
             exc = window.errors[0]
-            raise StrataError(f"{level.name}: {len(window.errors)} of {len(requests)} requests "
-                              f"failed; the first: {exc}") from exc
+            raise StrataError(f"{level.name}: all {len(requests)} requests failed; the "
+                              f"first: {exc}") from exc
         slo = self.config.load.slo
         f = figures(window, requests, slo)
         if level.rate is None and level.concurrency == 1:

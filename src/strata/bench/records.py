@@ -108,7 +108,7 @@ def record(r: StoredResult) -> dict[str, Any]:
 
 
 # Serving-load fields (bench/load.py): one record per level; None on a single-request test.
-LOAD_FIELDS = ("concurrency", "request_rate", "requests", "window_s", "output_tokens",
+LOAD_FIELDS = ("concurrency", "request_rate", "requests", "failed", "window_s", "output_tokens",
                "output_ts", "requests_ps", "slo_ttft_ms", "slo_itl_ms", "goodput_rps",
                "goodput_share", "in_flight_max", "server_parallel")
 _LOAD_KEYS = {"output_ts": "output_tps"}  # record field -> info["load"] key where they differ
