@@ -327,7 +327,7 @@ def _against_c1(f: LevelFigures, c1: LevelFigures) -> str:
         here, base = _p50_ms(f.runs, key), _p50_ms(c1.runs, key)
         if here is not None and base is not None:
             parts.append(f"{name} p50 {here:.1f} ms vs {base:.1f} ms at c1")
-    return f" ({'; '.join(parts)})" if parts else ""
+    return f": {'; '.join(parts)}" if parts else ""
 
 
 def level_notes(level: Level, f: LevelFigures, flavour: str | None,
@@ -347,9 +347,11 @@ def level_notes(level: Level, f: LevelFigures, flavour: str | None,
         notes.append(f"{level.name}: {f.cut_short} of {len(f.runs)} requests ended before "
                      f"their -n tokens{why}: output t/s counts the tokens that came")
     if level.rate is not None and f.client_wait_max_s > 0.010:
-        notes.append(f"{level.name}: requests waited up to {f.client_wait_max_s * 1e3:.0f} ms "
-                     f"for one of the {level.concurrency} workers (--concurrency caps the "
-                     "requests in flight): they were sent later than their arrival time")
+        why = (f"all {level.concurrency} workers busy, as --concurrency caps them, or a busy "
+               "client host" if level.concurrency and level.concurrency < level.requests
+               else "a busy client host: each request had a worker of its own")
+        notes.append(f"{level.name}: requests were sent up to {f.client_wait_max_s * 1e3:.0f} "
+                     f"ms after their arrival time ({why}); latencies count from the send")
     return notes
 
 
