@@ -185,10 +185,14 @@ def tests_for(ctx: int) -> list[BenchTest]:
 
 
 def predict(spec: ModelSpec, roof: DeviceRoofline, kv_type: str, runtime_dtype: str | None,
-            history: EtaHistory, ctx: int) -> list[Prediction]:
-    """Ceiling (explain's, from the measured roofline) x η, for each predicted test."""
+            history: EtaHistory, ctx: int,
+            tests: list[BenchTest] | None = None) -> list[Prediction]:
+    """Ceiling (explain's, from the measured roofline) x η, for each predicted test: `tests`
+    (rank's profiles), else bench's defaults for a context of `ctx` (fit)."""
     out = []
-    for test in tests_for(ctx):
+    for test in tests if tests is not None else tests_for(ctx):
+        if test.kind == "pg":
+            continue  # a pp+tg mix has no single phase to predict
         ex = explain(spec, test, roof, kv_type, runtime_dtype, achieved={})
         phase = "prefill" if test.kind == "pp" else "decode"
         ceiling = ex.prefill_ceiling_tps if phase == "prefill" else ex.decode_ceiling_tps

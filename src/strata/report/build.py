@@ -19,6 +19,7 @@ from strata.report.frontier import frontier_section
 from strata.report.host import host_section
 from strata.report.html import Section, page
 from strata.report.kernel_writers import kernel_writers_section
+from strata.report.ranking import ranking_section
 from strata.report.results_table import results_section
 from strata.report.svg import esc
 from strata.report.training import training_section
@@ -57,7 +58,7 @@ def build_report(conn: sqlite3.Connection, fingerprint: str | None = None,
     plan = default_planner(conn, data) if isinstance(planner, str) else planner
     sections = [host_section(data), roofline_section(data, pal), sweeps_section(data, pal),
                 sustained_section(data, pal), frontier_section(data),
-                fit_section(data, plan), kernel_writers_section(data),
+                fit_section(data, plan), ranking_section(data), kernel_writers_section(data),
                 training_section(data), results_section(data)]
     now = now or datetime.now(timezone.utc)
     footer = ("Self-contained: no scripts, fonts or network requests. Hover a point for its "

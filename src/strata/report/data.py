@@ -34,6 +34,7 @@ class ReportData:
     attempts: list[Any] = field(default_factory=list)  # kernels.gen.records.Attempt
     training: list[TrainRow] = field(default_factory=list)
     train_points: dict[int, list[Point]] = field(default_factory=dict)  # run id -> curve
+    ranking: dict[str, Any] | None = None  # the latest `strata rank` (a 'rank' measurement)
 
 
 def _has_data(conn: sqlite3.Connection, fp: str) -> bool:
@@ -86,4 +87,5 @@ def load_report_data(conn: sqlite3.Connection, fingerprint: str | None = None) -
                       runs=list_runs(conn, fingerprint=fp),
                       quality=quality_rows(conn, fp), other_hosts=others,
                       attempts=list_attempts(conn, fingerprint=fp), training=training,
-                      train_points={r.run_id: points_of(conn, r.run_id) for r in training})
+                      train_points={r.run_id: points_of(conn, r.run_id) for r in training},
+                      ranking=latest_measurement(conn, fp, "rank"))

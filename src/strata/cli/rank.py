@@ -1,0 +1,91 @@
+"""`strata rank`: which model to run here, for what."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from strata.cli import DbOption, app, err, open_store, out
+from strata.cli.output import FormatOption, ProgressOption, emit, output_format
+from strata.errors import InputError
+from strata.rank.profiles import profiles_help
+from strata.views.console import set_progress
+
+Opt = typer.Option
+
+
+@app.command()
+def rank(
+    models: Annotated[list[str] | None, typer.Argument(
+        metavar="MODEL", help="Models to rank: .gguf files, a folder of them, Hugging Face "
+        "dirs, synthetic:<preset>\\[@quant], ollama:NAME, http://host:port endpoints.",
+        show_default=False)] = None,
+    profile: Annotated[str, Opt("--profile", metavar="NAMES", help="Comma list of profiles, "
+                                "or all.")] = "all",
+    presets: Annotated[bool, Opt("--presets", help="Also every synthetic preset (at "
+                                 "--quant); those that do not fit are listed, predicted.")]
+    = False,
+    quant: Annotated[str, Opt("--quant", help="Quantisation of --presets: f32, f16, q8_0, "
+                              "q4_0.")] = "q4_0",
+    backend: Annotated[str, Opt("--backend", "-B", help="Backend that runs files and presets "
+                                "(endpoints use openai).")] = "llamacpp",
+    quality: Annotated[bool, Opt("--quality", help="Also perplexity (and KL with --ref) of "
+                                 "each model; prints the quality/speed frontier.")] = False,
+    ref: Annotated[str | None, Opt("--ref", metavar="MODEL", help="Reference for KL with "
+                                   "--quality (same vocabulary).")] = None,
+    budget_min: Annotated[float, Opt("--budget-min", metavar="MINUTES", help="Most minutes "
+                                     "of measuring; the slowest candidates are cut first.")]
+    = 10.0,
+    fmt: FormatOption = None,
+    progress: ProgressOption = None,
+    db: DbOption = None,
+) -> None:
+    """Which model should I run here, for what? Ranks models per workload profile.
+
+    Each profile is a workload (a data file) with targets that make it usable:
+    {profiles}.
+
+    score = 100 x geometric mean of (prompt t/s / target, gen t/s / target,
+    target TTFT / TTFT) over the profile's depths: 100 is exactly on target, the
+    same formula on every host. TTFT is an endpoint's streamed one; in-process
+    it is prompt / prompt t/s + 1 / gen t/s. Verdict at the worst depth: usable (TTFT
+    and gen t/s on target), marginal (within 2x), unusable.
+
+    Stored results are reused when host, software and config match; what is
+    missing is measured, fastest candidates first, within --budget-min. A model
+    that does not fit (strata fit), or is cut by the budget, is listed with its
+    predicted figures (roofline x η), marked "predicted".
+
+    [bold]Examples[/bold]
+      strata rank --presets                        [dim]# every preset, q4_0[/dim]
+      strata rank models/ --profile chat,code
+      strata rank a.gguf b.gguf --quality --budget-min 20 -o md
+      strata rank http://127.0.0.1:11434 --profile chat
+    """
+    from strata.rank.candidates import expand
+    from strata.rank.profiles import choose
+    from strata.rank.ranking import RankRequest, run_rank
+    from strata.views.rank import RANK_COLUMNS, profile_table, summary_lines
+
+    set_progress(progress)
+    fmt = output_format(fmt, False)
+    if not 0 < budget_min <= 24 * 60:
+        raise InputError(f"--budget-min {budget_min:g}: must be > 0 and at most 1440")
+    if ref is not None and not quality:
+        raise InputError("--ref is the reference for --quality: add --quality")
+    request = RankRequest(refs=expand(models or [], presets, quant), profiles=choose(profile),
+                          backend=backend, budget_s=budget_min * 60, quality=quality,
+                          ref=ref)
+    outcome = run_rank(open_store(db), request, err)
+
+    def tables() -> None:
+        for entries in outcome.entries.values():
+            out.print(profile_table(entries, quality))
+
+    emit(out, fmt, outcome.records(), table=tables, md_columns=RANK_COLUMNS)
+    for line in summary_lines(outcome, quality):
+        err.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
+rank.__doc__ = (rank.__doc__ or "").replace("{profiles}", profiles_help())
