@@ -265,3 +265,13 @@ def test_poisson_rate_table_against_the_real_server(home: Path, server: str) -> 
     assert proc.returncode == 0, proc.stderr
     assert "serving load" in proc.stdout and "50/s c2" in proc.stdout
     assert "TTFT ≤ 5000 ms, ITL ≤ 100 ms" in proc.stdout  # the SLO is stated
+
+
+def test_md_of_a_load_sweep_shows_the_level_columns() -> None:
+    from strata.views.load import MD_COLUMNS, load_md
+
+    record = {c: 1 for c in MD_COLUMNS} | {"model_filename": "http://x", "backend": "openai",
+                                          "test": "pp16+tg8 c1", "request_rate": None}
+    head, _rule, row = load_md([record]).splitlines()
+    assert head.split(" | ")[3:5] == ["concurrency", "request_rate"]
+    assert "pp16+tg8 c1" in row and row.count("|") == head.count("|")

@@ -186,7 +186,10 @@ def run_window(workers: list[Any], requests: list[RunRequest], level: Level,
     errors: list[BaseException] = []
     lock = threading.Lock()
 
+    go = threading.Event()
+
     def work(backend: Any) -> None:
+        go.wait()
         while (i := todo.get()) is not None:
             try:
                 traces[i] = backend.run(requests[i])
@@ -197,13 +200,14 @@ def run_window(workers: list[Any], requests: list[RunRequest], level: Level,
     threads = [threading.Thread(target=work, args=(w,), daemon=True) for w in workers]
     offsets = (poisson_arrivals(len(requests), level.rate, seed) if level.rate
                else [0.0] * len(requests))
-    t0 = time.perf_counter_ns()
-    due = [t0 + int(o * NS) for o in offsets]
     if level.rate is None:  # closed loop: everything queued, the workers pace themselves
         for i in range(len(requests)):
             todo.put(i)
-    for th in threads:
+    for th in threads:  # started before the clock: a thread's start-up is not the server's
         th.start()
+    t0 = time.perf_counter_ns()
+    due = [t0 + int(o * NS) for o in offsets]
+    go.set()
     if level.rate is not None:
         for i, when in enumerate(due):
             wait = (when - time.perf_counter_ns()) / NS
