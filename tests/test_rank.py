@@ -117,3 +117,16 @@ def test_bad_input_exits_2(tmp_path: Path, args: tuple[str, ...], needle: str) -
     proc = run_cli("rank", *args, home=tmp_path, timeout=120)
     assert proc.returncode == 2 and needle in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.slow
+def test_quality_adds_perplexity_and_kl(home: Path) -> None:
+    recs = _rank(home, TINY[0], "synthetic:tiny@f16", "--profile", "code", "--quality",
+                 "--ref", "synthetic:tiny@f16")
+    by = {r["model_filename"]: r for r in recs}
+    assert all(r["ppl"] and r["ppl"] > 1 for r in recs)
+    assert by["synthetic:tiny@f16"]["kl"] == pytest.approx(0.0, abs=1e-9)  # itself
+    assert by[TINY[0]]["kl"] > 0  # q8_0 rounding moves the distribution a little
+    with sqlite3.connect(home / "strata.db") as conn:
+        kinds = {k for (k,) in conn.execute("SELECT kind FROM measurements")}
+    assert {"quality", "rank"} <= kinds
