@@ -93,12 +93,28 @@ def explain(spec: ModelSpec, test: BenchTest, roof: DeviceRoofline, kv_type: str
     ex.cache_resident = bool(cache_bytes and ex.bytes_per_token < cache_bytes
                              and roof.device == "cpu")
     ex.verdict = _verdicts(ex, cache_bytes if ex.cache_resident else None)
+    if spec.is_moe:  # said with every result: its bytes/token are not the file's size
+        ex.verdict.append("mixture of experts" + _experts_text(spec))
     ex.basis = [f"bytes/token from {len(spec.tensors)} tensors' stored types"
                 + (f" at runtime dtype {runtime_dtype}" if runtime_dtype else "")
-                + f" + KV {kv_type} at context {int(mid_ctx)}",
+                + f" + KV {kv_type} at context {int(mid_ctx)}"
+                + (f"; {_experts_text(spec)[2:]}" if spec.is_moe else ""),
                 f"bandwidth: best STREAM rate of {roof.device}",
                 f"FLOP/s: measured {dtype} matmul" if dtype else "FLOP/s: not measured"]
     return ex
+
+
+def _experts_text(spec: ModelSpec) -> str:
+    """What a mixture of experts reads per token: the shared weights (router included) and
+    only the experts a token is routed to; prefill FLOPs count those experts alone too."""
+    if not spec.is_moe:
+        return ""
+    mib = 2**20
+    shared = spec.active_weight_bytes() - spec.active_expert_bytes()
+    return (f": active experts {spec.n_experts_used} of {spec.n_experts} per layer "
+            f"({spec.active_expert_bytes() / mib:,.1f} MiB of {spec.expert_bytes() / mib:,.1f} "
+            f"MiB of experts, + {shared / mib:,.1f} MiB of shared weights and routers per "
+            f"token; FLOPs from {spec.active_params():,} active of {spec.params():,} params)")
 
 
 def _prompt_flops(spec: ModelSpec, test: BenchTest) -> float:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 
 from strata.fit import EtaHistory, FitOptions, FitReport, fit_model
-from strata.fit.plan import DEFAULT_CTX
+from strata.fit.plan import DEFAULT_CTX, check_model
 from strata.measure.roofline import Roofline
 from strata.models.source import resolve
 from strata.store.hosts import latest_measurement
@@ -33,6 +33,7 @@ def run_fit(conn: sqlite3.Connection | None, ref: str, *, ctx: int | None, batch
     options = FitOptions(ctx=DEFAULT_CTX if ctx is None else ctx, batch=batch, kv_type=kv_type,
                          backend=backend)
     model = resolve(ref)  # metadata only: a synthetic preset is not materialised
+    check_model(model, options)
     conn = conn if conn is not None else empty_db()
     host = _this_host(conn, console)
     profile, fingerprint = host.profile, host.fingerprint

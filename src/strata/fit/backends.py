@@ -67,6 +67,7 @@ class BackendRules:
     runtime: RuntimeFor
     quant: QuantFor
     sections: SectionsFor | None = None  # what else the answer says for this backend
+    moe: bool = True  # runs mixture-of-experts models (routed experts)
 
 
 @functools.cache

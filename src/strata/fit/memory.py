@@ -175,12 +175,31 @@ def memory(spec: ModelSpec, shape: Shape, share: Share, rules: DeviceRules) -> M
                   buffers=rules.buffers(spec, shape, share), overhead=rules.overhead(spec))
 
 
+def ffn_per_token(spec: ModelSpec) -> int:
+    """Bytes per ubatch token of one layer's FFN intermediates (f32).
+
+    Dense: the gate and up projections (2·ffn). Mixture of experts, as llama.cpp's
+    build_moe_ffn builds it: the router's logits and probabilities (n_experts each), the gate
+    and up projections of every expert the token is sent to (2·n_used·expert_ffn) and each
+    of those experts' down projection before the weighted sum (n_used·hidden)."""
+    if not spec.is_moe:
+        return F32 * 2 * spec.ffn
+    used = spec.n_experts_used
+    return F32 * (2 * spec.n_experts + 2 * used * spec.expert_ffn + used * spec.hidden)
+
+
+MOE_FFN_TEXT = ("with experts the FFN term 8·ffn becomes 4·(2·n_experts + 2·n_used·expert_ffn + "
+                "n_used·hidden) B per token (router logits and probabilities, gate and up of "
+                "each expert used, their down outputs before the weighted sum: llama.cpp's "
+                "MoE graph); a rule, not checked against real allocations")
+
+
 def _attention_per_token(spec: ModelSpec, shape: Shape) -> int:
     """Bytes per ubatch token live at the attention/FFN peak of one layer."""
     if shape.flash_attn:  # tiled: no score matrix, only an f16 mask
-        return 2 * shape.n_kv + F32 * 2 * spec.ffn
-    # f32 scores for every head + f32 mask + the FFN's gate and up projections
-    return F32 * spec.n_heads * shape.n_kv + F32 * shape.n_kv + F32 * 2 * spec.ffn
+        return 2 * shape.n_kv + ffn_per_token(spec)
+    # f32 scores for every head + f32 mask + the FFN's intermediates
+    return F32 * spec.n_heads * shape.n_kv + F32 * shape.n_kv + ffn_per_token(spec)
 
 
 def llamacpp_reserved(spec: ModelSpec, shape: Shape, _share: Share) -> int:

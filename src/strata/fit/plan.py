@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from strata.errors import InputError
+from strata.fit import experts
 from strata.fit.backends import (
     BACKENDS,
     DEVICE_KINDS,
@@ -18,11 +19,12 @@ from strata.fit.backends import (
     Runtime,
     backend_rules,
 )
-from strata.fit.memory import Shape, rules_text
-from strata.fit.predict import EtaHistory, Prediction, predict
+from strata.fit.memory import MOE_FFN_TEXT, Shape, rules_text
+from strata.fit.predict import EtaHistory, Prediction, predict, tests_for
 from strata.fit.verdict import (
     FITS,
     MAX_CTX,
+    NO,
     PARTIAL,
     Budget,
     Case,
@@ -34,6 +36,7 @@ from strata.fit.weights import QuantSpec
 from strata.hardware.profile import HostProfile
 from strata.measure.roofline import Roofline
 from strata.models.source import ResolvedModel
+from strata.models.spec import ModelSpec
 
 DEFAULT_CTX = 4096
 
@@ -141,6 +144,7 @@ def _device_json(row: DeviceFit) -> dict[str, Any]:
     a GPU row also needs (None on the CPU's own row)."""
     d = row.to_dict()
     placement = d.pop("placement")
+    d.pop("expert_offload")
     out = {"device": d.pop("device"), "kind": d.pop("kind"), "name": d.pop("name"),
            "available_bytes": d.pop("available"), "available_basis": d.pop("available_basis"),
            "verdict": d.pop("verdict"), "verdict_text": d.pop("verdict_text"),
@@ -148,7 +152,20 @@ def _device_json(row: DeviceFit) -> dict[str, Any]:
            "n_gpu_layers": placement["ngl"], "blocks_on_device": placement["blocks"],
            "output_layer_on_device": placement["output_layer"],
            **_memory_json("", placement["device"]), **_memory_json("host_", placement["host"])}
-    return {**out, **d}  # max_ctx, max_ctx_is_model_limit, quants_that_fit, notes
+    return {**out, **d, **_offload_json(row)}  # + max_ctx, max_ctx_is_model_limit,
+    # quants_that_fit, notes, then the expert offload
+
+
+def _offload_json(row: DeviceFit) -> dict[str, Any]:
+    """The expert-offload placement of a GPU row (all None where there is none: a dense
+    model, a model the GPU holds whole, the CPU's row)."""
+    eo = row.expert_offload
+    decode = [p for p in eo.predictions if "@" not in p.test] if eo else []
+    return {"expert_offload": eo.flags if eo else None,
+            "expert_offload_fits": eo.fits if eo else None,
+            "expert_offload_total_bytes": eo.device.total if eo else None,
+            "expert_offload_host_total_bytes": eo.host.total if eo else None,
+            "expert_offload_predicted_decode_ts": decode[0].tps if decode else None}
 
 
 def _model_summary(model: ResolvedModel, rt: Runtime) -> dict[str, Any]:
@@ -171,7 +188,19 @@ def _device_row(model: ResolvedModel, host: HostProfile, options: FitOptions,
     case = Case(rt.spec, _shape(options, rt.kv_type), rules)
     quants = [rules.quant(model, rt, q) for q in rules.quants]
     quant_cases = {q.quant: case.with_spec(q.spec) for q in quants}
-    return evaluate(case, budget, ram, quant_cases, rt), rt, quants
+    row = evaluate(case, budget, ram, quant_cases, rt)
+    if budget.kind == "gpu" and row.verdict in (PARTIAL, NO):
+        row.expert_offload = experts.expert_offload(case, budget, ram)
+    return row, rt, quants
+
+
+def check_model(model: ResolvedModel, options: FitOptions) -> None:
+    """InputError for a model the backend cannot run at all (a MoE on a dense-only one)."""
+    s, rules = model.spec, options.rules
+    if s is not None and s.is_moe and not rules.moe:
+        raise InputError(f"MODEL {model.ref}: -B {rules.name} does not run mixture-of-experts "
+                         f"models ({s.n_experts} experts, {s.n_experts_used} per token); plan "
+                         "it for --backend llamacpp")
 
 
 def fit_model(model: ResolvedModel, host: HostProfile, options: FitOptions,
@@ -183,6 +212,7 @@ def fit_model(model: ResolvedModel, host: HostProfile, options: FitOptions,
         raise InputError(f"MODEL {model.ref}: fit works from a model's metadata; an endpoint "
                          "has none (give a .gguf file, a Hugging Face directory or "
                          "synthetic:<preset>)")
+    check_model(model, options)
     devices = budgets(host)
     ram = devices[0]  # the CPU's: where whatever a GPU does not hold must fit
     rows, runtimes, quants = [], {}, []
@@ -197,10 +227,28 @@ def fit_model(model: ResolvedModel, host: HostProfile, options: FitOptions,
                        quants=[QuantWeights(q.quant, q.spec.weight_bytes(), q.exact)
                                for q in quants],
                        rules=rules_text({k: options.rules.devices[k] for k in DEVICE_KINDS
-                                         if any(r.budget.kind == k for r in rows)}),
+                                         if any(r.budget.kind == k for r in rows)})
+                       + _moe_rules(cpu_rt, rows, options),
                        notes=_notes(list(runtimes.values()), options), fingerprint=fingerprint)
     _add_predictions(report, runtimes, roofline, history or EtaHistory(options.backend))
     return report
+
+
+def _moe_rules(rt: Runtime, rows: list[DeviceFit], options: FitOptions) -> list[str]:
+    if not rt.spec.is_moe or not options.rules.layer_split:  # llama.cpp's rules
+        return []
+    offload = [experts.RULE] if any(r.expert_offload for r in rows) else []
+    return [MOE_FFN_TEXT, *offload]
+
+
+def _moe_note(spec: ModelSpec) -> list[str]:
+    if not spec.is_moe:
+        return []
+    gib = 2**30
+    return [f"mixture of experts: {spec.n_experts} experts per layer, {spec.n_experts_used} "
+            f"per token: memory holds all of them ({spec.expert_bytes() / gib:.2f} GiB of "
+            f"{spec.weight_bytes() / gib:.2f} GiB); a decoded token reads "
+            f"{spec.active_weight_bytes() / gib:.2f} GiB of weights"]
 
 
 def _host_summary(host: HostProfile) -> str:
@@ -212,6 +260,7 @@ def _host_summary(host: HostProfile) -> str:
 def _notes(runtimes: list[Runtime], options: FitOptions) -> list[str]:
     notes = list(dict.fromkeys(n for rt in runtimes for n in rt.notes))  # once each, in order
     s = runtimes[0].spec
+    notes += _moe_note(s)
     if s.ctx_max and options.ctx > s.ctx_max:
         notes.append(f"--ctx {options.ctx} is beyond the model's trained context ({s.ctx_max})")
     if options.batch > 1:
@@ -230,6 +279,7 @@ def _add_predictions(report: FitReport, runtimes: dict[str, Runtime],
         return
     for row in report.rows:
         device = row.budget.device
+        _predict_offload(report, row, runtimes[device], roofline, history)
         if row.verdict == PARTIAL:
             report.prediction_absent.append(
                 f"{device}: not predicted for a partial offload (how the split's devices add "
@@ -244,3 +294,16 @@ def _add_predictions(report: FitReport, runtimes: dict[str, Runtime],
         rt = runtimes[device]
         report.predictions += predict(rt.spec, roof, rt.kv_type, rt.runtime_dtype, history,
                                       report.options.ctx)
+
+
+def _predict_offload(report: FitReport, row: DeviceFit, rt: Runtime, roofline: Roofline,
+                     history: EtaHistory) -> None:
+    eo = row.expert_offload
+    if eo is None or not eo.fits:
+        return
+    gpu, cpu = roofline.device(row.budget.device), roofline.device("cpu")
+    if gpu is None or cpu is None or not experts.predict_offload(
+            eo, rt.spec, tests_for(report.options.ctx), gpu, cpu, rt.kv_type, history):
+        report.prediction_absent.append(
+            f"{row.budget.device}: experts on the CPU not predicted: this host's roofline "
+            "lacks the GPU's or the CPU's bandwidth (strata probe --measure)")

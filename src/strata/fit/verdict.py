@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from strata.fit.backends import BackendRules, Runtime
 from strata.fit.memory import (
@@ -21,6 +21,9 @@ from strata.fit.memory import (
 )
 from strata.hardware.profile import HostProfile
 from strata.models.spec import ModelSpec
+
+if TYPE_CHECKING:
+    from strata.fit.experts import ExpertOffload
 
 MAX_CTX = 10_000_000  # --ctx upper bound, and the search cap for a model with no ctx_max
 GiB = 2**30
@@ -206,6 +209,8 @@ class DeviceFit:
     max_ctx_is_model_limit: bool
     quants: list[str] = field(default_factory=list)  # that fit whole at the requested ctx
     runtime_notes: list[str] = field(default_factory=list)
+    # a MoE model that a GPU cannot hold whole: experts on the CPU, the rest on the GPU
+    expert_offload: ExpertOffload | None = None
 
     @property
     def verdict_text(self) -> str:
@@ -218,7 +223,9 @@ class DeviceFit:
                 "verdict_text": self.verdict_text, "reason": self.reason,
                 "n_layers": self.n_layers, "placement": self.placement.to_dict(),
                 "max_ctx": self.max_ctx, "max_ctx_is_model_limit": self.max_ctx_is_model_limit,
-                "quants_that_fit": self.quants, "notes": self.runtime_notes}
+                "quants_that_fit": self.quants, "notes": self.runtime_notes,
+                "expert_offload": self.expert_offload.to_dict() if self.expert_offload
+                else None}
 
 
 def _partial_text(row: DeviceFit) -> str:

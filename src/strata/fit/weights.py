@@ -4,7 +4,8 @@ A synthetic preset is exact at every listed quantisation (the writer's own tenso
 file written). A GGUF or Hugging Face model is exact at its own storage type and estimated at
 the others from its tensors' element counts: matrices at the quantisation's bytes per weight
 (q8_0 34/32, q4_0 18/32, f16 2, f32 4; a matrix whose rows are not whole blocks falls back to
-f16, as llama.cpp's quantizer does), 1-D tensors (norms, biases) at f32.
+f16, as llama.cpp's quantizer does), 1-D tensors (norms, biases) and a mixture of experts'
+router (ffn_gate_inp, which llama.cpp's quantizer never quantises) at f32.
 """
 
 from __future__ import annotations
@@ -28,9 +29,12 @@ class QuantSpec:
     exact: bool  # False: estimated from element counts
 
 
+ROUTER = ".ffn_gate_inp.weight"  # MoE router: kept at F32 (llama-quantize skips it)
+
+
 def _storage_for(t: TensorInfo, quant: str) -> tuple[str, int]:
     q = QUANTS[quant]
-    if len(t.shape) < 2:
+    if len(t.shape) < 2 or t.name.endswith(ROUTER):
         return "F32", STORAGES["F32"].nbytes(t.elements)
     matrix = STORAGES[q.matrix]
     storage = matrix if t.shape[-1] % matrix.block == 0 else STORAGES[q.fallback]

@@ -63,6 +63,7 @@ def read_weights(path: Path, device: torch.device) -> LabWeights:
     architectures, storage types or files the lab cannot run."""
     layout, sizes = scan_or_input_error(path)
     arch = layout.kv.get("general.architecture")
+    refuse_experts(path, arch, layout.kv)
     rule = ARCHS.get(arch) if isinstance(arch, str) else None
     if rule is None:
         raise InputError(f"MODEL {path}: -B lab runs the {', '.join(ARCHS)} architectures, "
@@ -83,6 +84,17 @@ def read_weights(path: Path, device: torch.device) -> LabWeights:
     out.config = llama_config(path, spec, layout.kv, rule, out.tensors[TOKEN_EMBD].shape[0],
                               biases)
     return out
+
+
+def refuse_experts(path: Path, arch: Any, kv: dict[str, Any]) -> None:
+    """A mixture-of-experts GGUF ({arch}.expert_count > 0): the lab has no routed-expert
+    op, so it says so in one line instead of failing on the 3-D expert tensors."""
+    experts = kv.get(f"{arch}.expert_count")
+    if isinstance(experts, int) and experts > 0:
+        used = kv.get(f"{arch}.expert_used_count")
+        raise InputError(f"MODEL {path}: a mixture-of-experts model ({experts} experts, {used} "
+                         "per token): -B lab runs dense models only (no routed-expert op); "
+                         "use --backend llamacpp")
 
 
 def _stored(path: Path, shard: Shard, index: int, spec: ModelSpec, rule: ArchRule,

@@ -116,6 +116,21 @@ def plan_rows(model: str, backend: str, plan: dict[str, Any]) -> list[list[objec
     return rows
 
 
+def _offload_lines(plan: dict[str, Any]) -> list[str]:
+    """A MoE model a GPU cannot hold whole: the expert-offload placement, if it fits."""
+    out = []
+    for d in plan.get("devices") or []:
+        eo = d.get("expert_offload")
+        if not eo or not eo.get("fits"):
+            continue
+        tg = next((p for p in eo.get("predictions") or [] if "@" not in p["test"]), None)
+        speed = f"; predicted {tg['test']} ≈ {tg['tps']:,.1f} t/s" if tg else ""
+        out.append(f"{d.get('device', '?')}: experts on the CPU ({eo['flags']}) fits: "
+                   f"{_size(eo['device']['total'])} on the GPU, {_size(eo['host']['total'])} "
+                   f"of RAM{speed}")
+    return out
+
+
 def _failure(model: str, exc: Exception) -> Raw:
     first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     return note(f"{model}: fit failed ({first}); run strata fit {model}")
@@ -143,6 +158,7 @@ def fit_section(data: ReportData, planner: Planner | None) -> Section:
         ctx = ctx or (plan.get("options") or {}).get("ctx")
         notes += [note(f"{model} · {backend}: no prediction: {why}")
                   for why in plan.get("prediction_absent") or []]
+        notes += [note(f"{model} · {backend}: {line}") for line in _offload_lines(plan)]
     head = note(f"Planned from metadata alone at strata fit's defaults (context {ctx:,}, "
                 "batch 1). Predicted t/s are predictions, not measurements: this host's "
                 f"measured roofline {TIMES} η, range in brackets." if ctx else

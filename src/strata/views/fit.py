@@ -7,6 +7,7 @@ from rich.text import Text
 
 from strata.fit import FITS, NO, PARTIAL, DeviceFit, Eta, FitReport, Prediction
 from strata.fit.backends import FitSection
+from strata.fit.experts import NEWER_FLAGS, TEXT
 from strata.views.console import plain
 
 GiB, MiB = 2**30, 2**20
@@ -89,8 +90,26 @@ def prediction_lines(report: FitReport) -> list[Text]:
             if rests and p.phase not in shown:  # once per phase: its tests share the η
                 shown.add(p.phase)
                 lines.append(Text(f"  {'':<14}   {rests}", style="dim"))
+    lines += _offload_prediction_lines(report)
     lines += [Text.assemble(("no prediction", "yellow"), f": {why}")
               for why in report.prediction_absent]
+    return lines
+
+
+def _offload_prediction_lines(report: FitReport) -> list[Text]:
+    """Decode with the experts on the CPU, for a MoE model a GPU cannot hold whole."""
+    lines = []
+    for row in report.rows:
+        eo = row.expert_offload
+        if eo is None or not eo.predictions:
+            continue
+        lines.append(Text.assemble(("predicted", "bold"), f" on {row.budget.device} with "
+                                   f"experts on the CPU ({eo.flags}; a prediction, not a "
+                                   "measurement):"))
+        for p, basis in zip(eo.predictions, eo.basis, strict=True):
+            spread = f" ({p.low_tps:,.1f}-{p.high_tps:,.1f})" if p.high_tps > p.low_tps else ""
+            lines.append(Text(f"  {p.test:<14} ≈ {p.tps:,.1f} t/s{spread}  {_eta_text(p)}"))
+            lines.append(Text(f"  {'':<14}   {basis.split(': ', 1)[1]}", style="dim"))
     return lines
 
 
@@ -105,10 +124,24 @@ def _notes(report: FitReport) -> list[str]:
         if host is not None and row.verdict in (FITS, PARTIAL):
             lines.append(f"{row.budget.device} also needs {size(host.total)} of RAM (token "
                          f"embedding, layers left on the CPU, logits, runtime)")
+        lines += _offload_lines(row)
         lines.append(f"{row.budget.device}: {row.reason}; available = {row.budget.basis}")
     lines += [f"rule: {r}" for r in report.rules]
     lines += [f"note: {n}" for n in report.notes]
     return lines
+
+
+def _offload_lines(row: DeviceFit) -> list[str]:
+    eo = row.expert_offload
+    if eo is None:
+        return []
+    device = row.budget.device
+    if not eo.fits:
+        return [f"{device}: experts on the CPU ({eo.flags}) does not fit either: {eo.reason}"]
+    return [f"{device}: {TEXT}: pass {eo.flags} (newer llama.cpp: {NEWER_FLAGS}): "
+            f"{size(eo.device.total)} on the GPU (weights {size(eo.device.weights)}, KV "
+            f"{size(eo.device.kv)}, buffers {size(eo.device.buffers)}), {size(eo.host.total)} "
+            f"of RAM (experts and embedding {size(eo.host.weights)})"]
 
 
 def _quants_line(report: FitReport) -> str:

@@ -119,7 +119,7 @@ def _fit() -> BackendRules:
     quants = tuple(q for q in QUANTS if QUANTS[q].matrix in LINEAR_OPS)
     cpu, gpu = _rules()
     return BackendRules("lab", (KV_TYPE,), quants, False, {"cpu": cpu, "gpu": gpu}, _runtime,
-                        _quant, sections=fit_sections)
+                        _quant, sections=fit_sections, moe=False)
 
 
 # quality: the GGUF as stored, on the CPU; the context sized to --ctx
