@@ -96,3 +96,6 @@ def _fail(message: str, code: int) -> None:
 
 # The commands register themselves on `app` (and the kernels sub-app) when imported.
 from strata.cli import bench, host, kernels, kernels_gen, models, rank, skills, train  # noqa: E402, F401
+from strata.cli.helptext import reflow_tree  # noqa: E402
+
+reflow_tree(app)  # every docstring's prose rewrapped by rich at the terminal's width

@@ -35,7 +35,7 @@ def rank(
     ref: Annotated[str | None, Opt("--ref", metavar="MODEL", help="Reference for KL with "
                                    "--quality (same vocabulary).")] = None,
     budget_min: Annotated[float, Opt("--budget-min", metavar="MINUTES", help="Most minutes "
-                                     "of measuring; the slowest candidates are cut first.")]
+                                     "of measuring (the slowest candidates are cut).")]
     = 10.0,
     fmt: FormatOption = None,
     progress: ProgressOption = None,

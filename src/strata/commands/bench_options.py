@@ -30,6 +30,11 @@ QUANTISED_KV = ("q8_0", "q4_0")  # need flash attention as a V cache
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 
+def _or(words: tuple[str, ...]) -> str:
+    """'a, b or c': a help cell's list that never wraps to a lone last word."""
+    return f"{', '.join(words[:-1])} or {words[-1]}"
+
+
 def backend_help() -> str:
     """`strata bench --backend` help, listed from the registry so it cannot go stale."""
     listed = ", ".join(f"{n} ({d.help})" for n, d in registry().items())
@@ -56,10 +61,9 @@ class BenchFlags:
                                               "as llama-bench takes it (repeatable); runs after "
                                               "any positional MODEL.")] = None
     backend: Annotated[str, Opt("--backend", "-B", help=escape(backend_help()))] = "auto"
-    n_prompt: Annotated[str, Opt("-p", "--n-prompt", help="Prompt sizes (pp tests); 'none' to "
-                                 "skip.")] = "512"
-    n_gen: Annotated[str, Opt("-n", "--n-gen", help="Generation sizes (tg tests); 'none' to "
-                              "skip.")] = "128"
+    n_prompt: Annotated[str, Opt("-p", "--n-prompt",
+                                 help="Sizes of the pp tests, or none.")] = "512"
+    n_gen: Annotated[str, Opt("-n", "--n-gen", help="Sizes of the tg tests, or none.")] = "128"
     pg: Annotated[list[str] | None, Opt("-pg", "--pg", metavar="PROMPT,GEN",
                                         help="Combined pp+tg test (repeatable).")] = None
     depth: Annotated[str, Opt("-d", "--n-depth", help="Context already in the KV cache.")] = "0"
@@ -67,19 +71,19 @@ class BenchFlags:
     ubatch: Annotated[str, Opt("-ub", "--ubatch-size", help="llama.cpp n_ubatch.")] = "512"
     threads: Annotated[str, Opt("-t", "--threads", help="CPU threads (default: physical "
                                 "cores).")] = ""
-    n_gpu_layers: Annotated[str, Opt("-ngl", "--n-gpu-layers", help="Layers offloaded to the "
-                                     "GPU (llama.cpp).")] = "0"
+    n_gpu_layers: Annotated[str, Opt("-ngl", "--n-gpu-layers",
+                                     help="Layers on the GPU (llama.cpp).")] = "0"
     flash_attn: Annotated[str, Opt("-fa", "--flash-attn", help="0, 1 or 0,1 (llama.cpp).")] \
         = "0"
-    kv_type: Annotated[str, Opt("-ctk", "--cache-type-k", help="K cache type: "
-                                f"{', '.join(KV_TYPES)}.")] = "f16"
+    kv_type: Annotated[str, Opt("-ctk", "--cache-type-k", help="K cache type, one or more "
+                                f"of {_or(KV_TYPES)}.")] = "f16"
     kv_type_v: Annotated[str, Opt("-ctv", "--cache-type-v", help="V cache type: "
                                   f"{', '.join(KV_TYPES)}; quantised needs -fa 1.")] = "f16"
     device: Annotated[str, Opt("--device", help="torch device: cpu, cuda, cuda:1, mps.")] = "cpu"
-    dtype: Annotated[str, Opt("--dtype", help=f"torch dtype: {', '.join(DTYPES)}.")] = "auto"
+    dtype: Annotated[str, Opt("--dtype", help=f"torch dtype: {_or(DTYPES)}.")] = "auto"
     reps: Annotated[str | None, Opt("-r", "--repetitions", metavar="N", help="Exactly N timed "
-                                    "repetitions, one number (default: adaptive to "
-                                    "--ci-target).")] = None
+                                    "repetitions, one number (default: as many as "
+                                    "--ci-target needs).")] = None
     ci_target: Annotated[float, Opt("--ci-target", help="Stop repeating once the 95% CI "
                                     "half-width is this fraction of the mean (0 to 1).")] = 0.02
     max_reps: Annotated[int, Opt("--max-reps", help="Most repetitions per test.")] = 10
@@ -88,15 +92,16 @@ class BenchFlags:
     delay: Annotated[float, Opt("--delay", metavar="SECONDS",
                                 help="Cool down between tests.")] = 0.0
     sustained: Annotated[float | None, Opt("--sustained", metavar="SECONDS", help="Decode "
-                                           "continuously: t/s timeline and throttling.")] = None
+                                           "continuously for SECONDS: t/s over time, "
+                                           "throttling.")] = None
     model_name: Annotated[str | None, Opt("--model-name", help="Model id for an endpoint "
                                           "(default: the server's first).")] = None
     seed: Annotated[int, Opt("--seed", help="Seed for the random prompts (and arrival "
                              "times).")] = 0
     concurrency: Annotated[str | None, Opt(
         "--concurrency", metavar="C", rich_help_panel=LOAD_PANEL,
-        help="Serving load on an endpoint: C requests in flight at once, each level "
-        "(e.g. 1,2,4,8) one timed window.")] = None
+        help="Serving load on an endpoint: C requests in flight at once; each level "
+        "(e.g. 1,2,4,8) is one timed window of requests.")] = None
     request_rate: Annotated[str | None, Opt(
         "--request-rate", metavar="R", rich_help_panel=LOAD_PANEL,
         help="Poisson arrivals, R requests/s (a list sweeps); --concurrency then caps "

@@ -37,13 +37,19 @@ def _notes(notes: list[str]) -> Raw | None:
     return details(f"{len(notes)} note{'s' if len(notes) > 1 else ''}", f"<ul>{items}</ul>")
 
 
+def _mean_sd(ts: float | None, sd: float | None, n: int | None) -> str | None:
+    """"mean ± SD"; one sample has no SD, so it shows the mean alone (never "± 0.0")."""
+    if ts is None:
+        return None
+    return f"{ts:,.1f}" if (n or 0) < 2 or sd is None else f"{ts:,.1f} ± {sd:,.1f}"
+
+
 def _row(rec: dict, run_id: int, settings: list[tuple[str, str]]) -> list[object]:
     ts = rec.get("avg_ts")
-    sd = rec.get("stddev_ts") or 0.0
     rss = rec.get("peak_rss_bytes")
     return [rec["model_filename"], rec["backend"],
             *(setting_text(rec.get(name)) for name, _ in settings), rec["test"],
-            f"{ts:,.1f} ± {sd:,.1f}" if ts is not None else None, rec.get("n"),
+            _mean_sd(ts, rec.get("stddev_ts"), rec.get("n")), rec.get("n"),
             fmt(rec.get("ceiling_ts")), fmt(rec.get("eta"), ".2f"), rec.get("bound"),
             fmt(rec.get("ttft_ms"), ",.2f"), f"{rss / 2**20:,.0f} MiB" if rss else None,
             _throttled(rec.get("throttled")),

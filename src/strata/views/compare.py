@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from rich.table import Table
 from rich.text import Text
 
@@ -30,13 +32,21 @@ def compare_table(pairs: list[Pair], label_a: str, label_b: str) -> Table:
                       ("p, significant", "left")):
         t.add_column(col, justify=just)  # type: ignore[arg-type]
     for p in pairs:
-        a_sd = p.a.metrics[p.metric].get("sd", 0.0)
-        b_sd = p.b.metrics[p.metric].get("sd", 0.0)
         backends = p.a.backend if p.a.backend == p.b.backend else f"{p.a.backend}/{p.b.backend}"
         t.add_row(plain(p.a.model), plain(backends), plain(p.a.test),
-                  f"{p.a_mean:,.2f} ± {a_sd:,.2f}",
-                  f"{p.b_mean:,.2f} ± {b_sd:,.2f}", _speedup(p), _sig(p))
+                  mean_sd(p.a.metrics[p.metric]), mean_sd(p.b.metrics[p.metric]),
+                  _speedup(p), _sig(p))
     return t
+
+
+def mean_sd(summary: dict[str, Any], spec: str = ",.2f") -> str:
+    """"mean ± SD", or the mean alone when one sample has no SD (never "± 0.00")."""
+    mean, sd, n = summary.get("mean"), summary.get("sd"), summary.get("n") or 0
+    if mean is None:
+        return "-"
+    if n < 2 or sd is None:
+        return f"{mean:{spec}}"
+    return f"{mean:{spec}} ± {sd:{spec}}"
 
 
 def history_table(rows: list[HistoryRow]) -> Table:
@@ -46,7 +56,7 @@ def history_table(rows: list[HistoryRow]) -> Table:
     for h in rows:
         r = h.result
         value = r.metrics.get(primary_metric(r), {})
-        tps = f"{value['mean']:,.2f} ± {value.get('sd', 0):,.2f}" if value else "-"
+        tps = mean_sd(value) if value else "-"
         t.add_row(str(r.run_id), h.started_at, h.status, h.fingerprint[:8],
                   *map(plain, (h.git_commit or "-", r.model, r.backend, r.test)), tps,
                   plain(h.build_commit or "-"))
