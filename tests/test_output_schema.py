@@ -63,6 +63,8 @@ TYPES = {
     "bool": lambda v: isinstance(v, bool),
     "object": lambda v: isinstance(v, dict),
     "list[float]": lambda v: isinstance(v, list) and all(map(_is_number, v)),
+    "list[int]": lambda v: isinstance(v, list) and all(
+        isinstance(x, int) and not isinstance(x, bool) for x in v),
     "list[str]": lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v),
     "list[object]": lambda v: isinstance(v, list) and all(isinstance(x, dict) for x in v),
 }
@@ -85,7 +87,7 @@ def check(record: dict[str, Any], schema: str, extra: tuple[str, ...] = ()) -> N
 
 def test_the_document_has_a_table_per_command() -> None:
     for name in ("bench", "history", "compare", "hosts", "probe", "probe.records", "fit",
-                 "fit.model", "fit.devices[]", "fit.predictions[]", "quality"):
+                 "fit.model", "fit.devices[]", "fit.predictions[]", "quality", "rank"):
         assert SCHEMAS.get(name), f"docs/output.md has no fields for {name}"
     for name, fields in SCHEMAS.items():  # every type is one the checker knows
         for key, kind in fields.items():

@@ -14,6 +14,7 @@ from strata.rank import score
 from strata.rank.profiles import all_profiles
 from tests.conftest import run_cli
 from tests.seed_host import seeded_home
+from tests.test_output_schema import check
 
 TINY = ("synthetic:tiny@q8_0", "synthetic:tiny-qwen2@q8_0")
 
@@ -64,6 +65,8 @@ def _runs(home: Path) -> int:
 def test_rank_measures_scores_and_reuses(home: Path) -> None:
     recs = _rank(home, *TINY, "--profile", "code")
     assert {r["model_filename"] for r in recs} == set(TINY)
+    for r in recs:
+        check(r, "rank")  # docs/output.md's fields and types
     code = all_profiles()["code"]
     for r in recs:
         assert r["profile"] == "code" and r["basis"] == "measured" and r["fits"]
