@@ -109,12 +109,18 @@ def _experts_text(spec: ModelSpec) -> str:
     only the experts a token is routed to; prefill FLOPs count those experts alone too."""
     if not spec.is_moe:
         return ""
-    mib = 2**20
     shared = spec.active_weight_bytes() - spec.active_expert_bytes()
     return (f": active experts {spec.n_experts_used} of {spec.n_experts} per layer "
-            f"({spec.active_expert_bytes() / mib:,.1f} MiB of {spec.expert_bytes() / mib:,.1f} "
-            f"MiB of experts, + {shared / mib:,.1f} MiB of shared weights and routers per "
-            f"token; FLOPs from {spec.active_params():,} active of {spec.params():,} params)")
+            f"({_size(spec.active_expert_bytes())} of {_size(spec.expert_bytes())} of experts, "
+            f"+ {_size(shared)} of shared weights and routers per token; FLOPs from "
+            f"{spec.active_params():,} active of {spec.params():,} params)")
+
+
+def _size(n: float) -> str:
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20)):
+        if n >= scale:
+            return f"{n / scale:,.1f} {unit}"
+    return f"{n / 2**10:,.1f} KiB"
 
 
 def _prompt_flops(spec: ModelSpec, test: BenchTest) -> float:
