@@ -126,8 +126,12 @@ def fit(model: str, *, ctx: int | None = None, batch: int = 1, kv_type: str | No
     `.to_json()` is what `strata fit -o json` prints.
     """
     from strata.commands.fit import run_fit
+    from strata.paths import default_db_path
+    from strata.store.db import open_db_readonly
 
-    return run_fit(_conn(db), model, ctx=ctx, batch=batch, kv_type=kv_type, backend=backend,
+    # only reads, as the CLI: a missing database is an empty one, and none is created
+    conn = open_db_readonly(Path(db) if db is not None else default_db_path())
+    return run_fit(conn, model, ctx=ctx, batch=batch, kv_type=kv_type, backend=backend,
                    console=_console(verbose))
 
 
