@@ -227,3 +227,14 @@ def test_same_option_same_metavar() -> None:
              if len({m for m, _ in uses}) > 1 and opt not in METAVAR_EXCEPTIONS}
     assert not mixed, "one option, several metavars:\n" + "\n".join(
         f"  {opt}: {uses}" for opt, uses in sorted(mixed.items()))
+
+
+def test_every_data_command_takes_o_and_json() -> None:
+    """One output option everywhere: a command with -o/--format also takes --json (its
+    alias), and a command with --json also takes -o."""
+    uneven = []
+    for path, cmd in COMMANDS.items():
+        opts = {o for p in getattr(cmd, "params", []) for o in getattr(p, "opts", [])}
+        if ("--format" in opts) != ("--json" in opts) or ("--format" in opts) != ("-o" in opts):
+            uneven.append(" ".join(path))
+    assert not uneven, f"-o and --json not both offered: {uneven}"

@@ -9,6 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from strata.cli import DbOption, app, err, open_store, out
+from strata.cli.output import with_json
 from strata.commands.bench_options import (
     FORMATS_HELP,
     BenchFlags,
@@ -61,6 +62,7 @@ def bench(**params: Any) -> None:
     from strata.views.console import set_progress
 
     fmt, list_presets, db = params.pop("fmt"), params.pop("list_presets"), params.pop("db")
+    fmt = with_json(fmt, params.pop("json_out"))
     progress = params.pop("progress")
     if progress is not None:
         set_progress(progress)  # the command's own flag wins over the root's
@@ -94,6 +96,9 @@ bench.__signature__, bench.__annotations__ = command_signature(BenchFlags, [  # 
     inspect.Parameter("fmt", inspect.Parameter.KEYWORD_ONLY, default="table", annotation=Annotated[
         str, Opt("--format", "-o", metavar="FORMAT", rich_help_panel="Output",
                  help=f"{', '.join(FORMATS_HELP)}.")]),
+    inspect.Parameter("json_out", inspect.Parameter.KEYWORD_ONLY, default=False,
+                      annotation=Annotated[bool, Opt("--json", rich_help_panel="Output",
+                                                     help="Same as -o json.")]),
     inspect.Parameter("list_presets", inspect.Parameter.KEYWORD_ONLY, default=False,
                       annotation=Annotated[bool, Opt("--list-presets", help="List the synthetic "
                                                      "presets and exit.")]),

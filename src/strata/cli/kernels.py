@@ -37,16 +37,22 @@ ImplOption = Annotated[str | None, typer.Option(
 FormatOption = Annotated[str, typer.Option(
     "--format", "-o", metavar="FORMAT", show_default=False, rich_help_panel=OUTPUT_PANEL,
     help="Output: table (default), md, csv, json or jsonl.")]
+JsonOption = Annotated[bool, typer.Option("--json", rich_help_panel=OUTPUT_PANEL,
+                                          help="Same as -o json.")]
 TimeoutOption = Annotated[float, typer.Option(
     "--timeout", metavar="SECONDS", help="Sandbox seconds per implementation: the sandbox "
     "kills it after that.")]
 
 
-def _check_format(fmt: str) -> None:
+def _check_format(fmt: str, json_out: bool = False) -> str:
+    """The format asked for (--json is -o json); an unknown one is exit 2."""
+    from strata.cli.output import with_json
     from strata.store.export import FORMATS
 
+    fmt = with_json(fmt, json_out)
     if fmt != "table" and fmt not in FORMATS:
         raise InputError(f"--format {fmt}: choose table, {', '.join(FORMATS)}")
+    return fmt
 
 
 def _kernel_session(db: Path | None):  # -> commands.kernels.Session
@@ -58,7 +64,8 @@ def _kernel_session(db: Path | None):  # -> commands.kernels.Session
 
 @kernels_app.command("list")
 @reflowed
-def kernels_list(op: OpArg = None, fmt: FormatOption = "table", db: DbOption = None) -> None:
+def kernels_list(op: OpArg = None, fmt: FormatOption = "table", json_out: JsonOption = False,
+                 db: DbOption = None) -> None:
     """Ops x dialects x implementations: available here, verification status, best speedup.
 
     Built-in kernels ship with strata; external ones come from `strata kernels add` (origin
@@ -71,7 +78,7 @@ def kernels_list(op: OpArg = None, fmt: FormatOption = "table", db: DbOption = N
     from strata.commands.kernels import list_records
     from strata.views.kernels import LIST_COLUMNS, emit, list_table
 
-    _check_format(fmt)
+    fmt = _check_format(fmt, json_out)
     records = list_records(_kernel_session(db), op)
     if fmt == "table":
         out.print(list_table(records))
@@ -88,6 +95,7 @@ def kernels_verify(
                                         "has a verdict for this exact source.")] = False,
     timeout: TimeoutOption = 300.0,
     fmt: FormatOption = "table",
+    json_out: JsonOption = False,
     progress: ProgressOption = None,
     db: DbOption = None,
 ) -> None:
@@ -113,7 +121,7 @@ def kernels_verify(
     from strata.views.kernels import VERIFY_COLUMNS, emit, render_failures, verdict_table
 
     use_progress(progress)
-    _check_format(fmt)
+    fmt = _check_format(fmt, json_out)
     check_positive("--timeout", timeout)
     s = _kernel_session(db)
     impls = select(op, impl, s.conn)
@@ -151,6 +159,7 @@ def kernels_bench(
                                        "are skipped (the c dialect is float32).")]
     = "float32",
     fmt: FormatOption = "table",
+    json_out: JsonOption = False,
     progress: ProgressOption = None,
     db: DbOption = None,
 ) -> None:
@@ -175,7 +184,7 @@ def kernels_bench(
     from strata.views.kernels import BENCH_COLUMNS, bench_table, emit, figure_record
 
     use_progress(progress)
-    _check_format(fmt)
+    fmt = _check_format(fmt, json_out)
     check_positive("--max-time", max_time)
     if cache not in ("cold", "warm"):
         raise InputError(f"--cache {cache}: choose cold or warm")
@@ -207,8 +216,8 @@ def kernels_bench(
 def kernels_explain(
     op: Annotated[str, typer.Argument(metavar="OP", help="The op to dispatch.")],
     device: Annotated[str, typer.Option("--device", help="cpu, cuda:0, rocm:0, …")] = "cpu",
-    json_out: Annotated[bool, typer.Option("--json", help="Print the decision as JSON.")]
-    = False,
+    fmt: FormatOption = "table",
+    json_out: JsonOption = False,
     db: DbOption = None,
 ) -> None:
     """Which implementation dispatch picks for OP here, and why each other one was not.
@@ -218,20 +227,24 @@ def kernels_explain(
 
     [bold]Examples[/bold]
       strata kernels explain rmsnorm
-      strata kernels explain matmul --device cuda:0 --json
+      strata kernels explain matmul --device cuda:0 -o json
     """
     from strata.kernels.dispatch import resolve
-    from strata.views.kernels import render_decision
+    from strata.views.kernels import emit, render_decision
 
+    fmt = _check_format(fmt, json_out)
     s = _kernel_session(db)
     if s.caps.device(device) is None:
         raise InputError(f"--device {device}: not on this host (it has "
                          f"{', '.join(d.key for d in s.caps.devices)})")
     decision = resolve(op, device, s.conn, s.fingerprint, s.caps)
-    if json_out:
+    if fmt == "table":
+        render_decision(out, decision)
+    elif fmt == "json":  # the whole decision; the other formats its trace, one row each
         print(json.dumps(decision.to_dict(), indent=2))
     else:
-        render_decision(out, decision)
+        trace = decision.to_dict()["trace"]
+        sys.stdout.write(emit(trace, fmt, tuple(trace[0]) if trace else ()))
 
 
 @kernels_app.command("add")

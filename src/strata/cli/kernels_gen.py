@@ -11,7 +11,8 @@ from rich.markup import escape
 
 from strata.cli import DbOption, check_positive, err, open_store, out
 from strata.cli.helptext import reflowed
-from strata.cli.kernels import DIALECT_NAMES, OPS, _check_format, kernels_app
+from strata.cli.kernels import DIALECT_NAMES, OPS, JsonOption, _check_format, kernels_app
+from strata.cli.output import with_json
 from strata.cli.status import OUTPUT_PANEL, ProgressOption, status, use_progress
 from strata.errors import InputError
 
@@ -139,6 +140,7 @@ def kernels_generate(
                                      rich_help_panel=OUTPUT_PANEL,
                                      help="table (default), or the attempts as md, csv, "
                                      "json or jsonl.")] = "table",
+    json_out: JsonOption = False,
     progress: ProgressOption = None,
     db: DbOption = None,
 ) -> None:
@@ -166,7 +168,7 @@ def kernels_generate(
     from strata.kernels.spec import get_spec
 
     use_progress(progress)
-    _check_format(fmt)
+    fmt = _check_format(fmt, json_out)
     _check_counts(turns, samples, temperature)
     check_positive("--timeout", timeout)
     get_spec(op)
@@ -238,6 +240,7 @@ def kernels_attempts(
                                      rich_help_panel=OUTPUT_PANEL,
                                      help="table (default), md, csv, json or jsonl.")]
     = "table",
+    json_out: JsonOption = False,
     db: DbOption = None,
 ) -> None:
     """Every stored model reply: run, sample, turn, status, tokens, latency, speedup.
@@ -252,7 +255,7 @@ def kernels_attempts(
     from strata.store.attempts import export_jsonl, list_attempts
     from strata.views.kernels_gen import attempts_table
 
-    _check_format(fmt)
+    fmt = _check_format(fmt, json_out)
     attempts = list_attempts(open_store(db), op=op, run=run, model=model)
     if export is not None:
         export_jsonl(attempts, export)
@@ -294,6 +297,7 @@ def kernels_eval(
     fmt: Annotated[str, typer.Option("--format", "-o", metavar="FORMAT", show_default=False,
                                      rich_help_panel=OUTPUT_PANEL,
                                      help="table (default), md or json.")] = "table",
+    json_out: JsonOption = False,
     progress: ProgressOption = None,
     db: DbOption = None,
 ) -> None:
@@ -322,6 +326,7 @@ def kernels_eval(
     from strata.kernels.gen.metrics import score
 
     use_progress(progress)
+    fmt = with_json(fmt, json_out)
     if fmt not in ("table", "md", "json"):
         raise InputError(f"--format {fmt}: choose table, md or json")
     _check_counts(turns, samples, temperature)

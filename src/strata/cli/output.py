@@ -39,6 +39,13 @@ def output_format(fmt: str | None, json_flag: bool, choices: tuple[str, ...] = C
     return chosen
 
 
+def with_json(fmt: str, json_flag: bool) -> str:
+    """A command whose -o has its own default: --json is -o json (a conflict is exit 2)."""
+    if json_flag and fmt not in ("table", "json"):
+        raise InputError(f"--json and --format {fmt} disagree: give one of them")
+    return "json" if json_flag else fmt
+
+
 def emit(out: Console, fmt: str, records: list[Record], *,
          document: Any = None, table: Callable[[], Any] | None = None,
          md_columns: tuple[str, ...] = ()) -> None:

@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from strata.cli import DbOption, app, err, open_store, out
-from strata.cli.output import FormatOption, ProgressOption, emit, output_format
+from strata.cli.output import FormatOption, JsonOption, ProgressOption, emit, output_format
 from strata.errors import InputError
 from strata.rank.profiles import profiles_help
 from strata.views.console import set_progress
@@ -38,6 +38,7 @@ def rank(
                                      "of measuring (the slowest candidates are cut).")]
     = 10.0,
     fmt: FormatOption = None,
+    json_out: JsonOption = False,
     progress: ProgressOption = None,
     db: DbOption = None,
 ) -> None:
@@ -69,7 +70,7 @@ def rank(
     from strata.views.rank import RANK_COLUMNS, profile_table, summary_lines
 
     set_progress(progress)
-    fmt = output_format(fmt, False)
+    fmt = output_format(fmt, json_out)
     if not 0 < budget_min <= 24 * 60:
         raise InputError(f"--budget-min {budget_min:g}: must be > 0 and at most 1440")
     if ref is not None and not quality:

@@ -11,6 +11,7 @@ import typer
 
 from strata.cli import DbOption, app, err, open_store, out
 from strata.cli.helptext import reflowed
+from strata.cli.kernels import JsonOption
 from strata.cli.kernels_gen import (
     MODEL_PANEL,
     SEARCH_PANEL,
@@ -28,6 +29,7 @@ from strata.cli.kernels_gen import (
     _client,
     _device,
 )
+from strata.cli.output import with_json
 from strata.cli.status import OUTPUT_PANEL, ProgressOption, status, use_progress
 from strata.errors import InputError
 
@@ -149,6 +151,7 @@ def skills_eval(
     fmt: Annotated[str, typer.Option("--format", "-o", metavar="FORMAT", show_default=False,
                                      rich_help_panel=OUTPUT_PANEL,
                                      help="table (default), md or json.")] = "table",
+    json_out: JsonOption = False,
     progress: ProgressOption = None,
     db: DbOption = None,
 ) -> None:
@@ -175,6 +178,7 @@ def skills_eval(
     from strata.views.kernels_gen import AB_COLUMNS, AB_NUMERIC, ab_records, ab_table
 
     use_progress(progress)
+    fmt = with_json(fmt, json_out)
     if fmt not in ("table", "md", "json"):
         raise InputError(f"--format {fmt}: choose table, md or json")
     _check_counts(turns, samples, temperature)
