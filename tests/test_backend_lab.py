@@ -102,7 +102,11 @@ def test_quantised_logits_follow_ggml_numerics(files: dict[str, Path], kind: str
     print(f"\n{kind}: max KL(llama.cpp || lab) {lab:.1e}, || torch (float activations) "
           f"{float_path:.1e}")
     assert lab <= KL_BOUND
-    assert float_path > 10 * max(lab, 1e-12)  # the bound tells ggml's numerics apart
+    # the bound tells ggml's numerics apart: activations rounded to f16 (f16 weights) move
+    # the logits less than activations quantised to q8_0 blocks, so a smaller margin there
+    # (6x on a Xeon build without AMX, > 10x for the quantised kinds)
+    margin = 4 if kind == "f16" else 10
+    assert float_path > margin * max(lab, 1e-12)
 
 
 def test_q4_0_near_ties_stay_within_their_bound(files: dict[str, Path]) -> None:

@@ -380,6 +380,11 @@ def test_decode_prediction_uses_the_hosts_eta_and_is_close_to_bench(bench_home: 
                     if r["test"] == "tg16")
     report = fit_json(SMOLLM, "--ctx", "2048", home=bench_home)
     tg = next(p for p in report["predictions"] if p["test"] == "tg128")
+    if any("cache-resident" in why for why in tg["eta_left_out"]):
+        # a CPU whose last-level cache holds the whole model (480 MiB L3 on some Xeons):
+        # its η measures per-token overhead, not the DRAM roofline: left out, said so
+        assert tg["eta_n"] == 0 and "1 cache-resident" in tg["eta_basis"]
+        pytest.skip("this CPU's cache holds the model: its η cannot inform a prediction")
     if measured["host_busy"]:  # other processes used the CPUs meanwhile: left out, said so
         assert tg["eta_n"] == 0 and "1 on a busy host" in tg["eta_basis"]
         pytest.skip("the bench ran on a busy host: nothing to compare the prediction with")
