@@ -5,6 +5,7 @@ and order the candidates per profile by the one score (score.py)."""
 from __future__ import annotations
 
 import sqlite3
+import statistics
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -66,6 +67,13 @@ class RankOutcome:
     skipped: list[tuple[str, str]] = field(default_factory=list)
     budget_s: float = 0.0
     spent_s: float = 0.0
+    ratios: list[float] = field(default_factory=list)  # measured time / predicted time
+
+    def slowdown(self) -> float:
+        """How much slower than predicted the candidates measured so far ran (median, at
+        least 1): later estimates are scaled by it, so the budget holds when the
+        predictions are optimistic."""
+        return max(1.0, statistics.median(self.ratios)) if self.ratios else 1.0
 
     def records(self) -> list[dict[str, Any]]:
         return [e.record(i + 1 if e.score is not None and e.basis != measure.PREDICTED
@@ -136,9 +144,12 @@ def _plans(conn: sqlite3.Connection, host: Host, roof: Roofline, cands: list[Can
             conn, host.fingerprint, c.backend, cache))
         reused = measure.reusable(conn, host.fingerprint, c, tests)
         guesses = measure.predicted(c, roof, history, tests, cache)
+        # for the budget only, a cache-resident model gets a time estimate too (roofline x η
+        # is no honest figure for it, but it bounds the time well enough to plan)
+        timing = guesses or measure.predicted(c, roof, history, tests, None)
         missing = [t for t in tests if t not in reused]
         plans.append(_Plan(c, reused, guesses, missing,
-                           measure.estimate_s(missing, guesses, req.reps.max_reps)))
+                           measure.estimate_s(missing, timing, req.reps.max_reps)))
     return sorted(plans, key=lambda plan: plan.estimate_s or 0.0)
 
 
@@ -152,13 +163,18 @@ def _gather(conn: sqlite3.Connection, plan: _Plan, req: RankRequest, out: RankOu
     if c.unfit is not None:
         return {**plan.guesses, **got}
     left = req.budget_s - out.spent_s
-    if plan.estimate_s is not None and plan.estimate_s > left:
-        out.cut.append((c.label, f"needs about {plan.estimate_s / 60:.1f} min (predicted), "
+    need = None if plan.estimate_s is None else plan.estimate_s * out.slowdown()
+    if left <= 0 or (need is not None and need > left):
+        out.cut.append((c.label, f"needs about {(need or 0) / 60:.1f} min (predicted, x "
+                        f"{out.slowdown():.1f} as the measured ones ran), "
                         f"{max(left, 0) / 60:.1f} min of the budget left"))
         return {**plan.guesses, **got}
     start = time.monotonic()
     measured = _bench(conn, c, plan.missing, req, out, console)
-    out.spent_s += time.monotonic() - start
+    took = time.monotonic() - start
+    out.spent_s += took
+    if plan.estimate_s:
+        out.ratios.append(took / plan.estimate_s)
     out.measured += len(measured)
     return {**plan.guesses, **got, **measured}
 
