@@ -133,3 +133,65 @@ def test_quality_adds_perplexity_and_kl(home: Path) -> None:
     with sqlite3.connect(home / "strata.db") as conn:
         kinds = {k for (k,) in conn.execute("SELECT kind FROM measurements")}
     assert {"quality", "rank"} <= kinds
+
+
+@pytest.mark.slow
+def test_an_endpoint_ranks_with_its_streamed_ttft(home: Path) -> None:
+    """A real llama-cpp-python server on loopback: measured through the openai backend,
+    scored with the TTFT the stream showed (not derived)."""
+    import os
+
+    from strata.models.source import resolve
+    from tests.server_fixture import llama_server
+
+    os.environ["STRATA_HOME"] = str(home)  # the GGUF where the CLI run finds its cache
+    try:
+        gguf = resolve(TINY[0]).path("gguf", "rank endpoint test")
+    finally:
+        os.environ.pop("STRATA_HOME", None)
+    with llama_server(gguf, n_ctx=2048) as server:  # code: 1024 + 32 tokens of context
+        (rec,) = _rank(home, server.url, "--profile", "code")
+    assert rec["backend"] == "openai" and rec["basis"] == "measured" and rec["ttft_measured"]
+    code = all_profiles()["code"]
+    t = code.targets
+    want = 100 * math.prod([rec["prefill_ts"] / t.prompt_ts, rec["decode_ts"] / t.gen_ts,
+                            t.ttft_s / (rec["ttft_ms"] / 1e3)]) ** (1 / 3)
+    assert rec["score"] == pytest.approx(want, rel=1e-9)
+
+
+def test_compare_two_hosts_rankings(tmp_path: Path) -> None:
+    """`strata compare rank:A rank:B` pairs two hosts' latest rankings in a real SQLite file:
+    B's score over A's per profile and model, only where both scored."""
+    from strata.hardware.profile import HostProfile
+    from strata.store import open_db
+    from strata.store.hosts import save_host, save_measurement
+
+    probe = Path(__file__).parent / "fixtures" / "probes" / "h100_torch28_cu128.json"
+    here = json.loads(probe.read_text())
+    there = json.loads(probe.read_text())
+    there["hostname"], there["cpu"]["model"] = "other", "another CPU"  # another fingerprint
+    conn = open_db(tmp_path / "strata.db")
+    fa, fb = (save_host(conn, HostProfile.from_dict(p)) for p in (here, there))
+    assert fa != fb
+
+    def rec(model: str, score: float | None, verdict: str | None) -> dict:
+        return {"profile": "chat", "model_filename": model, "backend": "llamacpp",
+                "score": score, "verdict": verdict, "basis": "measured"}
+
+    save_measurement(conn, fa, "rank", {"records": [rec("m1", 50.0, "marginal"),
+                                                    rec("m2", 80.0, "usable"),
+                                                    rec("m3", None, None)]})
+    save_measurement(conn, fb, "rank", {"records": [rec("m1", 125.0, "usable"),
+                                                    rec("m3", 90.0, "usable")]})
+    conn.commit()
+    conn.close()
+    proc = run_cli("compare", f"rank:{fa[:8]}", f"rank:{fb[:8]}", "-o", "json", home=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    (row,) = json.loads(proc.stdout)  # m2: only A scored it; m3: A has no score
+    check(row, "compare.rank")  # docs/output.md
+    assert (row["model_filename"], row["score_a"], row["score_b"]) == ("m1", 50.0, 125.0)
+    assert row["ratio"] == pytest.approx(2.5) and row["verdict_b"] == "usable"
+    bad = run_cli("compare", f"rank:{fa[:8]}", "3", home=tmp_path)
+    assert bad.returncode == 2 and "rank:HOST on both sides" in bad.stderr
+    missing = run_cli("compare", "rank:zzzz", f"rank:{fb[:8]}", home=tmp_path)
+    assert missing.returncode == 2 and "no host with a ranking" in missing.stderr

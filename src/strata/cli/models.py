@@ -30,8 +30,8 @@ Opt = typer.Option
 @reflowed
 def compare(
     side_a: Annotated[str, typer.Argument(metavar="A", help="Baseline: run id, run:N, "
-                                          "host:FP, backend:NAME or commit:SHA (strata's "
-                                          "commit).")],
+                                          "host:FP, backend:NAME, commit:SHA (strata's "
+                                          "commit) or rank:FP (the latest ranking of a host).")],
     side_b: Annotated[str, typer.Argument(metavar="B", help="Compared against A, same forms.")],
     fmt: FormatOption = None,
     json_out: JsonOption = False,
@@ -45,15 +45,24 @@ def compare(
       strata compare 3 4                          [dim]# run 4 vs run 3[/dim]
       strata compare backend:torch backend:llamacpp
       strata compare host:0de260d8 host:9a1f3c2b -o csv
+      strata compare rank:0de260d8 rank:9a1f3c2b  [dim]# scores, per profile[/dim]
     """
     from strata.compare import compare as run_compare
     from strata.compare import pair_records
+    from strata.rank.compare import FIELDS as RANK_FIELDS
+    from strata.rank.compare import compare_rankings, is_rank
     from strata.views.compare import COMPARE_FIELDS, compare_table
+    from strata.views.rank import rank_compare_table
 
     fmt = output_format(fmt, json_out)
     conn = read_store(db)
     if conn is None:
         raise InputError(f"{no_store(db)}; run strata bench first")
+    if is_rank(side_a) or is_rank(side_b):
+        rows = compare_rankings(conn, side_a, side_b)
+        emit(out, fmt, rows, md_columns=RANK_FIELDS,
+             table=lambda: out.print(rank_compare_table(rows, side_a, side_b)))
+        return
     pairs = run_compare(conn, side_a, side_b)
     emit(out, fmt, pair_records(conn, pairs), md_columns=COMPARE_FIELDS,
          table=lambda: out.print(compare_table(pairs, side_a, side_b)))

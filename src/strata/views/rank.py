@@ -57,3 +57,16 @@ def summary_lines(outcome: RankOutcome, with_quality: bool) -> list[str]:
     lines.append("score = 100 x geometric mean of (prompt t/s / target, gen t/s / target, "
                  "target TTFT / TTFT); 100 = on target (strata rank --help)")
     return lines
+
+
+def rank_compare_table(rows: list[dict], label_a: str, label_b: str) -> Table:
+    """`strata compare rank:A rank:B`: one row per profile and model both scored."""
+    t = Table(title=plain(f"B = {label_b} vs A = {label_a} (ratio = score B / score A)"),
+              title_justify="left")
+    for col in ("profile", "model", "backend", "score A", "score B", "ratio", "verdict A/B"):
+        t.add_column(col, justify="right" if col.startswith(("score", "ratio")) else "left")
+    for r in rows:
+        t.add_row(plain(r["profile"]), plain(r["model_filename"]), plain(r["backend"]),
+                  f"{r['score_a']:,.0f}", f"{r['score_b']:,.0f}", f"{r['ratio']:.2f}x",
+                  plain(f"{r['verdict_a']} / {r['verdict_b']}"))
+    return t
