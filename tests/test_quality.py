@@ -338,7 +338,7 @@ def test_default_run_time_on_smollm2(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert proc.returncode == 0, proc.stderr
     r = json.loads(proc.stdout)[0]
     with capsys.disabled():
-        print(f"\n`strata quality {model}` (default text, --ctx {r['ctx']}, "
+        print(f"\n`strata quality {model}` (default text, --ctx {r['n_ctx']}, "
               f"{r['n_chunks']} chunks, {r['n_tokens']} tokens scored): {seconds:.1f} s wall, "
-              f"{r['seconds']:.1f} s load + scoring; PPL {r['ppl']:.1f} ± {r['ppl_sd']:.1f}")
+              f"{r['time_s']:.1f} s load + scoring; PPL {r['ppl']:.1f} ± {r['ppl_sd']:.1f}")
 
