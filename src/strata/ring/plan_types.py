@@ -1,0 +1,122 @@
+"""What a ring plan is: its stages, its links, the predicted time per token, and its output
+forms (`strata ring plan -o json` and the flat records of jsonl/csv/md; docs/output.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+def size(n: float) -> str:
+    """Bytes in the largest binary unit that keeps them >= 1 (a tiny test model's share
+    would read 0.00 GiB)."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(n) >= scale:
+            return f"{n / scale:,.2f} {unit}"
+    return f"{n:,.0f} B"
+
+
+@dataclass(frozen=True)
+class StagePlan:
+    member: str  # member id
+    first: int  # blocks [first, last)
+    last: int
+    bytes: int  # memory the share takes: weights + KV cache
+    predicted_ms: float | None  # per decoded token; None: the member's bandwidth is unmeasured
+    device: str
+    weight_bytes: int  # blocks + the embedding (first stage) + norm and head (last stage)
+    kv_bytes: int  # KV cache of its blocks at ctx
+    usable_bytes: int  # HEADROOM x what the member offers
+    read_bytes: float  # bytes one decoded token reads here
+    eta: float  # η the prediction used
+
+    @property
+    def n_layers(self) -> int:
+        return self.last - self.first
+
+    def to_json(self) -> dict[str, Any]:
+        return {"member": self.member, "device": self.device, "first": self.first,
+                "last": self.last, "n_layers": self.n_layers, "memory_bytes": self.bytes,
+                "weights_bytes": self.weight_bytes, "kv_bytes": self.kv_bytes,
+                "usable_bytes": self.usable_bytes, "read_bytes": round(self.read_bytes),
+                "eta": self.eta, "predicted_ms": self.predicted_ms}
+
+
+@dataclass(frozen=True)
+class LinkPlan:
+    src: str
+    dst: str
+    bytes_per_token: int  # hidden x dtype (activations), or the logits going back
+    carries: str  # "activations" or "logits"
+    rtt_ms: float | None  # None: not measured
+    MBps: float | None  # MB/s (10^6 bytes); None: not measured
+    predicted_ms: float | None  # RTT/2 + bytes / bandwidth
+
+    def to_json(self) -> dict[str, Any]:
+        return {"src": self.src, "dst": self.dst, "carries": self.carries,
+                "token_bytes": self.bytes_per_token, "rtt_ms": self.rtt_ms,
+                "bandwidth_gbs": None if self.MBps is None else self.MBps / 1e3,
+                "predicted_ms": self.predicted_ms}
+
+
+@dataclass
+class RingPlan:
+    model: str  # the model as typed
+    ctx: int
+    stages: list[StagePlan]
+    links: list[LinkPlan]  # round the ring: activations forward, then logits back
+    single_node: str | None  # the member that holds it alone (no ring needed), else None
+    unused: list[str]  # members the plan does not need
+    need_bytes: int  # what the chosen members hold together
+    usable_bytes: int  # what all members offer (HEADROOM x their memory)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def predicted_stages_ms(self) -> float | None:
+        times = [s.predicted_ms for s in self.stages]
+        return None if None in times else sum(t for t in times if t is not None)
+
+    @property
+    def predicted_ms_per_token(self) -> float | None:
+        """Stages + links per decoded token; None when any part of it was not measured."""
+        hops = [h.predicted_ms for h in self.links]
+        stages = self.predicted_stages_ms
+        if stages is None or None in hops:
+            return None
+        return stages + sum(h for h in hops if h is not None)
+
+    @property
+    def predicted_ts(self) -> float | None:
+        ms = self.predicted_ms_per_token
+        return 1e3 / ms if ms else None
+
+    def stage_of(self, member: str) -> StagePlan | None:
+        return next((s for s in self.stages if s.member == member), None)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"model_filename": self.model, "n_ctx": self.ctx, "single_node": self.single_node,
+                "n_nodes": len(self.stages), "need_bytes": self.need_bytes,
+                "usable_bytes": self.usable_bytes,
+                "predicted_ms": self.predicted_ms_per_token,
+                "predicted_stages_ms": self.predicted_stages_ms,
+                "predicted_ts": self.predicted_ts,
+                "stages": [s.to_json() for s in self.stages],
+                "links": [h.to_json() for h in self.links],
+                "unused": self.unused, "notes": self.notes}
+
+    def records(self) -> list[dict[str, Any]]:
+        """One flat record per stage, with the link leaving it (the last stage's is the
+        logits going back to the first; none when one member holds it all)."""
+        out = []
+        for stage in self.stages:
+            hop = next((h for h in self.links if h.src == stage.member), None)
+            link = hop.to_json() if hop else dict.fromkeys(
+                ("dst", "carries", "token_bytes", "rtt_ms", "bandwidth_gbs", "predicted_ms"))
+            out.append({"model_filename": self.model, "n_ctx": self.ctx, **stage.to_json(),
+                        "link_dst": link["dst"], "link_token_bytes": link["token_bytes"],
+                        "link_rtt_ms": link["rtt_ms"],
+                        "link_bandwidth_gbs": link["bandwidth_gbs"],
+                        "link_predicted_ms": link["predicted_ms"],
+                        "plan_predicted_ts": self.predicted_ts})
+        return out
