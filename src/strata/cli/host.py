@@ -48,6 +48,11 @@ def probe(
                                              "roofline even when other processes kept the "
                                              "host busy in every attempt (its peaks are then "
                                              "low; it is stored flagged as such).")] = False,
+    fresh: Annotated[bool, typer.Option("--fresh", help="With --measure: store this "
+                                        "measurement as is. By default a figure an earlier "
+                                        "run of this host measured higher (and stable) is "
+                                        "kept: peaks are maxima. Use after a BIOS, power or "
+                                        "cooling change.")] = False,
     progress: ProgressOption = None,
     db: DbOption = None,
 ) -> None:
@@ -56,8 +61,9 @@ def probe(
     The probe names CPU features, GPUs (physical arch), the torch/llama.cpp/Triton stack,
     and a support verdict per device from two checks: arch rules and a smoke test.
     --measure stores this host's roofline for every later command: each figure is the best
-    of several trials; on a busy host it measures again, and refuses to store peaks known to
-    be low (exit 1) unless --allow-busy.
+    of several trials, and of earlier runs of this host (--fresh: of this run only); on a
+    busy host it measures again, and refuses to store peaks known to be low (exit 1) unless
+    --allow-busy.
 
     [bold]Examples[/bold]
       strata probe               [dim]# hardware, software, support verdicts[/dim]
@@ -74,11 +80,14 @@ def probe(
         check_positive("--watch", watch)
     if not 10 <= interval_ms <= 10_000:
         raise InputError(f"--interval must be between 10 and 10000 ms (got {interval_ms})")
+    if fresh and not measure:
+        raise InputError("--fresh only applies to a measurement: add --measure")
     conn = open_store(db)  # fail on a bad --db before spending time probing
     from strata.commands.probe import probe_records, run_probe
 
     result = run_probe(conn, measure=measure, smoke=smoke, smoke_timeout_s=smoke_timeout,
-                       console=err, allow_busy=allow_busy)
+                       console=err, allow_busy=allow_busy,
+                       fresh=fresh)
     if fmt == TABLE:
         result.render(out)
     if watch is not None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from rich.console import Console
@@ -20,7 +20,7 @@ from strata.hardware.microbench import measure_host
 from strata.hardware.probe import probe_host
 from strata.hardware.profile import HostProfile, SupportVerdict
 from strata.host import BUSY_PAUSE_S, MEASURE_ATTEMPTS, busy_refusal, measure_until_quiet
-from strata.measure.peak import trust_lines
+from strata.measure.peak import keep_stored_peaks, trust_lines
 from strata.measure.roofline import Roofline
 from strata.store.hosts import latest_measurement, load_host, save_host, save_measurement
 from strata.views.console import progress_enabled
@@ -39,13 +39,15 @@ class ProbeResult:
     roofline_is_new: bool
     telemetry: dict[str, Any] | None = None
     refused: str | None = None  # why a measured roofline was not stored (a busy host)
+    kept: list[str] = field(default_factory=list)  # peaks an earlier run measured higher
 
     def to_dict(self) -> dict[str, Any]:
         return {"fingerprint": self.fingerprint, "profile": self.profile.to_dict(),
                 "roofline": self.roofline.to_dict() if self.roofline else None,
                 "roofline_measured_now": self.roofline_is_new,
                 "roofline_stored": self.roofline_is_new and self.refused is None,
-                "roofline_refused": self.refused, "telemetry": self.telemetry}
+                "roofline_refused": self.refused, "peaks_kept": self.kept,
+                "telemetry": self.telemetry}
 
     def render(self, console: Console) -> None:
         from strata.views.probe import render_profile, render_roofline
@@ -61,16 +63,17 @@ class ProbeResult:
             console.print("[dim]stored roofline for this host (re-measure with --measure):"
                           "[/dim]")
         render_roofline(console, self.roofline)
-        for line in trust_lines(self.roofline):
+        for line in [*self.kept, *trust_lines(self.roofline)]:
             console.print(line, highlight=False, markup=False)
 
 
 def run_probe(conn: sqlite3.Connection, measure: bool, smoke: bool, smoke_timeout_s: float,
               console: Console, allow_busy: bool = False,
               measurer: Callable[[HostProfile, Callable[[str], None]], Roofline] | None = None,
-              pause_s: float = BUSY_PAUSE_S) -> ProbeResult:
+              pause_s: float = BUSY_PAUSE_S, fresh: bool = False) -> ProbeResult:
     """measurer(profile, progress) -> Roofline: one attempt (default measure_host); tests
-    pass recorded measurements, since a busy host cannot be arranged to order."""
+    pass recorded measurements, since a busy host cannot be arranged to order. A new
+    measurement keeps the stored roofline's higher stable peaks unless `fresh`."""
     attempt = measurer or (lambda profile, say: measure_host(profile, progress=say))
     with _steps(console) as say:
         profile = probe_host(smoke=smoke, smoke_timeout_s=smoke_timeout_s,
@@ -85,8 +88,11 @@ def run_probe(conn: sqlite3.Connection, measure: bool, smoke: bool, smoke_timeou
             if roofline.measured_busy and not allow_busy:
                 return ProbeResult(profile, fingerprint, roofline, True,
                                    refused=busy_refusal(roofline))
+            stored = latest_measurement(conn, fingerprint, "roofline")
+            kept = ([] if fresh or not stored else
+                    keep_stored_peaks(roofline, Roofline.from_dict(stored)))
             save_measurement(conn, fingerprint, "roofline", roofline.to_dict())
-            return ProbeResult(profile, fingerprint, roofline, True)
+            return ProbeResult(profile, fingerprint, roofline, True, kept=kept)
     stored = latest_measurement(conn, fingerprint, "roofline")
     return ProbeResult(profile, fingerprint, Roofline.from_dict(stored) if stored else None,
                        False)

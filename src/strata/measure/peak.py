@@ -8,6 +8,10 @@ keeps every trial's value so the spread is stored next to the figure.
 
 The stopping rule is the pure function `stop_reason(values, spent_s, rule)`; recorded trial
 values can be fed to it.
+
+Across runs the same holds: a later `probe --measure` of the same host (same fingerprint: the
+same hardware and software stack) keeps an earlier run's stable peak when it measures less
+(`keep_stored_peaks`), so one slow run cannot lower every ceiling computed afterwards.
 """
 
 from __future__ import annotations
@@ -98,6 +102,42 @@ def merge_best(old: Figure | None, new: Figure, why: str) -> Figure:
     said = best.stability or ""
     return replace(best, trials=trials, spread=spread(trials),
                    stability=said if why in said else f"{said}; {why}".lstrip("; "))
+
+
+KEEP_TRIALS = 32  # trial values kept per figure across runs (the newest): enough for a spread
+
+
+def _reached(fig: Figure) -> bool:
+    """A figure whose best two trials agreed: the peak was reached, not a one-off."""
+    return bool(fig.stability) and is_stable(str(fig.stability))
+
+
+def keep_stored_peaks(new: Roofline, stored: Roofline) -> list[str]:
+    """Fold an earlier run's stable figures of this host into `new` (each figure the higher;
+    trials of both runs kept, newest KEEP_TRIALS) and say which figures kept the earlier value.
+
+    Only figures that were stable when stored are kept: an unstable high value (a timer
+    glitch) must not outlive the run that produced it. `strata probe --measure --fresh`
+    stores a measurement as is (after a BIOS, firmware or power-limit change)."""
+    kept = []
+    for dev in new.devices:
+        old = stored.device(dev.device)
+        if old is None:
+            continue
+        for kind in ("bandwidth", "compute"):
+            figures: dict[str, Figure] = getattr(dev, kind)
+            for name, before in getattr(old, kind).items():
+                now = figures.get(name)
+                if now is None or not _reached(before):
+                    continue
+                merged = merge_best(before, now, "best over runs of this host")
+                figures[name] = replace(merged, trials=merged.trials[-KEEP_TRIALS:],
+                                        spread=spread(merged.trials[-KEEP_TRIALS:]))
+                if before.value > now.value:
+                    kept.append(f"{dev.device} {name}: measured {now.value:.4g} now, kept "
+                                f"{before.value:.4g} from an earlier run (peaks are maxima; "
+                                "--fresh forgets it)")
+    return kept
 
 
 def merge_roofline(into: Roofline, new: Roofline, why: str) -> Roofline:
