@@ -1,0 +1,368 @@
+"""strata ring plan: members, links and the partition, checked against hand-computed plans.
+
+Expected bytes come from the presets' shapes by hand (float32: the ring's stages hold float32),
+never from the code under test; a brute-force search over every member order and every split
+is the oracle for the dynamic programme. Everything runs on metadata (nothing is written) and
+loopback sockets, in seconds.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import random
+import socket
+import threading
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from strata.cli import app
+from strata.errors import InputError
+from strata.models.spec import ModelSpec, TensorInfo
+from strata.ring.links import Link, LinkProbeServer, measure_link, parse_link, serve_link_probe
+from strata.ring.members import Member, capped, emulated, from_document
+from strata.ring.plan import plan_ring
+from strata.ring.plan_types import RingPlan, size
+from tests.conftest import run_cli
+from tests.test_output_schema import SCHEMAS, check
+
+# -- hand arithmetic for the tiny presets (float32, src/strata/models/data/presets.json) -----
+# tiny: hidden 64, ffn 128, 2 layers, 4 heads, 2 KV heads of 16, vocab 512, untied head.
+H, FFN, KVD, VOCAB = 64, 128, 2 * 16, 512
+TINY_BLOCK = 4 * (H * H + 2 * H * KVD + H * H + 3 * FFN * H + 2 * H)  # q,k,v,o, gate/up/down,
+# two norms: 147968 B
+CTX = 256
+KV_BLOCK = 2 * KVD * CTX * 4  # K and V of one layer at 256 tokens: 65536 B
+EMBD = 4 * VOCAB * H  # token_embd: 131072 B (one 256 B row read per token)
+HEAD = 4 * VOCAB * H + 4 * H  # output.weight + output_norm: 131328 B
+FIRST = TINY_BLOCK + KV_BLOCK + EMBD  # share of the stage holding layer 0: 344576 B
+LAST = TINY_BLOCK + KV_BLOCK + HEAD  # share of the stage holding layer 1: 344832 B
+WHOLE = 2 * (TINY_BLOCK + KV_BLOCK) + EMBD + HEAD  # 689408 B
+
+
+def member(mid: str, offered: int, bw: float | None = 1e9, eta: float | None = 1.0) -> Member:
+    return Member(id=mid, host="", port=0, device="cpu", available_bytes=offered,
+                  mem_cap_bytes=None, bandwidth_Bps=bw, flops=None, strata_version="t",
+                  epoch=0, decode_eta=eta)
+
+
+def offering(usable: int) -> int:
+    """The memory a member must offer for usable_bytes == usable (int(0.9 x offered))."""
+    offered = int(usable / 0.9)
+    while int(0.9 * offered) < usable:
+        offered += 1
+    return offered
+
+
+def within_headroom(plan: RingPlan, members: list[Member]) -> None:
+    by_id = {m.id: m for m in members}
+    for s in plan.stages:
+        assert s.bytes <= 0.9 * by_id[s.member].offered_bytes
+    assert plan.stages[0].first == 0
+    assert all(a.last == b.first for a, b in itertools.pairwise(plan.stages))
+
+
+def test_the_hand_arithmetic_matches_the_preset() -> None:
+    assert (TINY_BLOCK, KV_BLOCK, FIRST, LAST, WHOLE) == (147968, 65536, 344576, 344832, 689408)
+
+
+# -- plans ------------------------------------------------------------------------------------
+
+
+def test_two_nodes_when_one_alone_cannot_hold_it() -> None:
+    cap = 500_000  # 0.9 x 500 kB = 450 kB: one layer and an end each, not the whole 689 kB
+    members = [member("a", cap), member("b", cap)]
+    plan = plan_ring("synthetic:tiny", members, CTX)
+    assert [(s.member, s.first, s.last, s.bytes) for s in plan.stages] == [
+        ("a", 0, 1, FIRST), ("b", 1, 2, LAST)]
+    assert plan.single_node is None and plan.need_bytes == WHOLE
+    assert [(h.src, h.dst, h.bytes_per_token, h.carries) for h in plan.links] == [
+        ("a", "b", H * 4, "activations"), ("b", "a", VOCAB * 4, "logits")]
+    within_headroom(plan, members)
+
+
+def test_the_share_must_fit_in_nine_tenths_to_the_byte() -> None:
+    fits = [member("a", offering(LAST)), member("b", offering(LAST))]
+    assert len(plan_ring("synthetic:tiny", fits, CTX).stages) == 2
+    short = [member("a", offering(LAST - 1)), member("b", offering(LAST - 1))]
+    with pytest.raises(InputError, match="no contiguous split fits"):
+        plan_ring("synthetic:tiny", short, CTX)  # together enough, but not the head's stage
+
+
+def test_fits_alone_picks_the_fastest_member_and_no_links() -> None:
+    members = [member("a", 10**9, bw=1e9), member("b", 10**9, bw=5e9, eta=0.5)]
+    plan = plan_ring("synthetic:tiny", members, CTX)
+    assert plan.single_node == "b" and plan.links == [] and plan.unused == ["a"]
+    (stage,) = plan.stages
+    assert (stage.first, stage.last, stage.bytes) == (0, 2, WHOLE)
+    read = 2 * (TINY_BLOCK + KV_BLOCK) + EMBD // VOCAB + HEAD  # a row of the embedding
+    assert stage.read_bytes == read
+    assert plan.predicted_ms_per_token == pytest.approx(read / (5e9 * 0.5) * 1e3)
+
+
+def test_as_few_members_as_needed_even_when_a_ring_would_be_faster() -> None:
+    members = [member("big", 10**9, bw=1e9), member("fast", 400_000, bw=100e9)]
+    plan = plan_ring("synthetic:tiny", members, CTX)
+    assert plan.single_node == "big" and plan.unused == ["fast"]
+
+
+def test_cannot_hold_names_the_shortfall() -> None:
+    members = [member("a", 300_000), member("b", 300_000)]  # 2 x 270000 usable
+    with pytest.raises(InputError) as err:
+        plan_ring("synthetic:tiny", members, CTX)
+    missing = WHOLE - 2 * 270_000
+    assert f"{size(missing)} missing" in str(err.value)  # 145.91 KiB
+    assert f"needs {size(WHOLE)}" in str(err.value)
+
+
+def test_the_faster_member_takes_the_head() -> None:
+    # Stage reads: first = block + KV + one embedding row (213760 B), last = block + KV +
+    # the whole head (344832 B): the heavier end belongs on the faster member.
+    cap = 500_000
+    slow_a = plan_ring("synthetic:tiny", [member("a", cap, 1e9), member("b", cap, 4e9)], CTX)
+    fast_a = plan_ring("synthetic:tiny", [member("a", cap, 4e9), member("b", cap, 1e9)], CTX)
+    assert [s.member for s in slow_a.stages] == ["a", "b"]
+    assert [s.member for s in fast_a.stages] == ["b", "a"]  # not the id order: the speed
+    first_read = TINY_BLOCK + KV_BLOCK + EMBD // VOCAB
+    last_read = TINY_BLOCK + KV_BLOCK + HEAD
+    assert fast_a.predicted_stages_ms == pytest.approx((first_read / 1e9 + last_read / 4e9) * 1e3)
+
+
+def test_the_links_choose_the_pair_and_count_in_the_time() -> None:
+    cap = 500_000
+    members = [member("a", cap), member("b", cap), member("c", cap)]
+    slow, quick = Link(10e-3, 1e6), Link(0.1e-3, 100e6)
+    links = {("a", "b"): slow, ("b", "c"): slow, ("c", "a"): quick}
+    plan = plan_ring("synthetic:tiny", members, CTX, links)
+    assert {s.member for s in plan.stages} == {"a", "c"} and plan.unused == ["b"]
+    hops = (0.1e-3 / 2 + H * 4 / 100e6) + (0.1e-3 / 2 + VOCAB * 4 / 100e6)
+    stages = (TINY_BLOCK + KV_BLOCK + EMBD // VOCAB + TINY_BLOCK + KV_BLOCK + HEAD) / 1e9
+    assert plan.predicted_ms_per_token == pytest.approx((stages + hops) * 1e3)
+    assert [h.rtt_ms for h in plan.links] == [pytest.approx(0.1)] * 2
+
+
+def toy(blocks: list[int], *, head: int = 160, experts: list[int] | None = None,
+        n_experts: int = 0, used: int = 0) -> ModelSpec:
+    """A model of made-up sizes (stored bytes, planned as stored): KV 8 B per token per
+    block (1 KV head of 1 element, 4 B, K and V), embedding 10 rows of 16 B."""
+    tensors = [TensorInfo("token_embd.weight", (10, 4), "F32", 160)]
+    for i, nbytes in enumerate(blocks):
+        tensors.append(TensorInfo(f"blk.{i}.attn_q.weight", (nbytes // 4,), "F32", nbytes))
+        if experts:
+            tensors.append(TensorInfo(f"blk.{i}.ffn_up_exps.weight", (experts[i] // 4,),
+                                      "F32", experts[i]))
+    tensors += [TensorInfo("output_norm.weight", (4,), "F32", 16),
+                TensorInfo("output.weight", (10, 4), "F32", head)]
+    return ModelSpec("toy", "llama", len(blocks), 1, 1, 1, 4, 8, 10, 100, False, tensors,
+                     n_experts=n_experts, n_experts_used=used, expert_ffn=1 if n_experts else 0)
+
+
+def test_three_nodes_hand_computed() -> None:
+    # Blocks of 100 B + 80 B of KV at ctx 10 (180 B each); the head stage holds 416 B more,
+    # the first 160 B. Usable 600 B each: the last stage takes 1 block, the first <= 2, the
+    # middle <= 3: sizes (2, 3, 1) are forced. Bytes read: first 16 + 360 = 376, middle 540,
+    # last 180 + 416 = 596; speeds 6, 3, 1 GB/s: the heaviest on the fastest gives
+    # 596/6 + 540/3 + 376/1 = 655.3 ns (a in the middle instead: 664.7 ns).
+    spec = toy([100] * 6, head=400)
+    members = [member(m, offering(600), bw) for m, bw in (("a", 6e9), ("b", 3e9), ("c", 1e9))]
+    plan = plan_ring(spec, members, 10, weights_dtype=None)
+    assert [(s.member, s.first, s.last, s.bytes) for s in plan.stages] == [
+        ("c", 0, 2, 520), ("b", 2, 5, 540), ("a", 5, 6, 596)]
+    assert plan.predicted_stages_ms == pytest.approx((596 / 6 + 540 / 3 + 376) * 1e-6)
+    within_headroom(plan, members)
+
+
+def test_moe_memory_counts_every_expert_and_time_the_used_ones() -> None:
+    # 2 blocks: 100 B shared + 800 B of experts (8 experts, 2 per token) + 80 B KV at ctx 10
+    spec = toy([100, 100], experts=[800, 800], n_experts=8, used=2)
+    members = [member("a", offering(1200)), member("b", offering(1200))]
+    plan = plan_ring(spec, members, 10, weights_dtype=None)
+    first, last = plan.stages
+    assert (first.first, first.last, first.bytes) == (0, 1, 160 + 980)  # all 8 experts held
+    assert (last.first, last.last, last.bytes) == (1, 2, 176 + 980)
+    assert first.read_bytes == 16 + 100 + 200 + 80  # 2 of 8 experts' bytes read
+    assert last.read_bytes == 176 + 100 + 200 + 80
+    assert any("experts stay with it" in n for n in plan.notes)
+
+
+def test_moe_preset_experts_stay_with_their_layer() -> None:
+    # tiny-moe in float32: per layer 12960 shared parameters (attention, norms, router) and
+    # 3 x 8 x 64 x 64 expert parameters, 2 of 8 experts read per token.
+    shared, experts = 4 * 12960, 4 * 3 * 8 * 64 * 64
+    cap = offering(shared + experts + KV_BLOCK + HEAD)
+    plan = plan_ring("synthetic:tiny-moe", [member("a", cap), member("b", cap)], CTX)
+    assert [s.bytes for s in plan.stages] == [shared + experts + KV_BLOCK + EMBD,
+                                              shared + experts + KV_BLOCK + HEAD]
+    assert plan.stages[1].read_bytes == shared + experts // 4 + KV_BLOCK + HEAD
+
+
+def brute_force(spec: ModelSpec, members: list[Member], ctx: int,
+                links: dict[tuple[str, str], Link]) -> tuple[int, float] | None:
+    """(members used, seconds per token) of the best plan by trying everything."""
+    n = spec.n_layers
+    block = [sum(t.nbytes for t in spec.tensors if t.name.startswith(f"blk.{i}."))
+             for i in range(n)]
+    kv = 8 * ctx
+    for k in range(1, len(members) + 1):
+        best = None
+        for order in itertools.permutations(members, k):
+            hops = list(itertools.pairwise(order)) + ([(order[-1], order[0])] if k > 1 else [])
+            link_s = sum((links[(a.id, b.id)] if (a.id, b.id) in links else links[(b.id, a.id)])
+                         .one_way_s(4 * 4 if (a, b) != hops[-1] else 10 * 4)
+                         for a, b in hops) if k > 1 else 0.0
+            for cuts in itertools.combinations(range(1, n), k - 1):
+                bounds = list(zip((0, *cuts), (*cuts, n), strict=True))
+                total, ok = link_s, True
+                for j, (m, (lo, hi)) in enumerate(zip(order, bounds, strict=True)):
+                    mem = sum(block[lo:hi]) + kv * (hi - lo)
+                    read = mem + (16 if j == 0 else 0) + (176 if j == k - 1 else 0)
+                    mem += (160 if j == 0 else 0) + (176 if j == k - 1 else 0)
+                    ok &= mem <= m.usable_bytes
+                    total += read / m.bandwidth_Bps
+                if ok and (best is None or total < best):
+                    best = total
+        if best is not None:
+            return k, best
+    return None
+
+
+def test_the_search_finds_what_brute_force_finds() -> None:
+    rng = random.Random(15)
+    for _ in range(60):
+        spec = toy([rng.randrange(40, 400, 4) for _ in range(rng.randint(1, 5))])
+        members = [member(f"m{i}", rng.randint(300, 1500), rng.choice([1e9, 2e9, 5e9]))
+                   for i in range(rng.randint(1, 3))]
+        links = {(a.id, b.id): Link(rng.uniform(0, 1e-6), rng.choice([1e9, 4e9]))
+                 for a, b in itertools.combinations(members, 2)}
+        want = brute_force(spec, members, 10, links)
+        if want is None:
+            with pytest.raises(InputError):
+                plan_ring(spec, members, 10, links, return_bytes=40, weights_dtype=None)
+            continue
+        plan = plan_ring(spec, members, 10, links, return_bytes=40, weights_dtype=None)
+        assert len(plan.stages) == want[0]
+        assert plan.predicted_ms_per_token == pytest.approx(want[1] * 1e3, rel=1e-9)
+        within_headroom(plan, members)
+
+
+# -- members and links ------------------------------------------------------------------------
+
+
+def test_member_wire_form_round_trips_and_refuses_garbage() -> None:
+    m = capped(emulated("pi5:8:17"), 2 * 2**30)
+    assert (m.available_bytes, m.bandwidth_Bps, m.offered_bytes) == (8 * 2**30, 17e9, 2 * 2**30)
+    assert m.usable_bytes == int(0.9 * 2 * 2**30)
+    wire = json.loads(json.dumps(m.to_dict()))
+    assert Member.from_dict({**wire, "from_the_future": 1}) == m
+    assert from_document({"members": [wire]}, "f") == [m]
+    status = {"self": wire, "peers": [{"state": "live", "member": {**wire, "id": "b"}},
+                                      {"state": "lost", "member": {**wire, "id": "c"}}]}
+    assert [x.id for x in from_document(status, "s")] == ["pi5", "b"]
+    with pytest.raises(InputError, match="missing field available_bytes"):
+        Member.from_dict({k: v for k, v in wire.items() if k != "available_bytes"})
+    with pytest.raises(InputError, match="bandwidth_Bps"):
+        Member.from_dict({**wire, "bandwidth_Bps": -1})
+    with pytest.raises(InputError, match="NAME:GiB"):
+        emulated("pi5")
+
+
+def test_local_member_reads_memory_and_the_roofline() -> None:
+    from strata.host import _profile
+    from strata.measure.roofline import DeviceRoofline, Figure, Roofline
+
+    roof = Roofline([DeviceRoofline("cpu", "x", bandwidth={"triad": Figure(20.0, "t")},
+                                    compute={"fp32": Figure(100.0, "m")})], 1.0)
+    profile = _profile()
+    m = Member.local(name="me", port=7, mem_cap_bytes=2**20, profile=profile, roofline=roof)
+    assert (m.id, m.port, m.bandwidth_Bps, m.flops) == ("me", 7, 20e9, 100e9)
+    assert m.available_bytes == profile.cpu.ram_available_bytes and m.offered_bytes == 2**20
+    assert Member.local(profile=profile).bandwidth_Bps is None  # no roofline: unmeasured
+    with pytest.raises(InputError, match="no such device"):
+        Member.local("cuda:9", profile=profile)
+
+
+def test_measure_link_over_loopback() -> None:
+    with LinkProbeServer() as server:
+        link = measure_link(f"127.0.0.1:{server.port}", pings=5, bulk_bytes=1 << 20)
+    assert 0 < link.rtt_s < 0.5 and link.bandwidth_Bps > 1e6
+    assert len(link.rtt_samples_s) == 5 and Link.from_dict(link.to_dict()) == link
+    a, b = socket.socketpair()  # a connection the daemon already holds
+    t = threading.Thread(target=serve_link_probe, args=(b,))
+    t.start()
+    assert measure_link(a, pings=3, bulk_bytes=1 << 16).bandwidth_Bps > 0
+    t.join(5)
+    a.close()
+    b.close()
+
+
+def test_link_errors_are_one_line() -> None:
+    with socket.create_server(("127.0.0.1", 0)) as s:
+        port = s.getsockname()[1]
+    with pytest.raises(InputError, match=f"link 127.0.0.1:{port}: cannot connect"):
+        measure_link(f"127.0.0.1:{port}", timeout_s=2)
+    assert parse_link("0.3:110") == Link(0.3e-3, 110e6, method="given")
+    with pytest.raises(InputError, match="RTT_MS:MB/s"):
+        parse_link("fast")
+
+
+# -- the command ------------------------------------------------------------------------------
+
+
+def cli(*args: str, home: Path) -> tuple[int, str]:
+    """In this process; an InputError (the real CLI's exit 2) comes back as code 2 and its
+    message."""
+    result = CliRunner().invoke(app, ["ring", "plan", *args], prog_name="strata",
+                                env={"STRATA_HOME": str(home), "COLUMNS": "200"})
+    if isinstance(result.exception, InputError):
+        return 2, str(result.exception)
+    return result.exit_code, result.output
+
+
+def test_cli_two_emulated_nodes_table_and_json(strata_home: Path) -> None:
+    nodes = ("--node", "a:0.0004:10", "--node", "b:0.0004:40", "-c", str(CTX))
+    code, text = cli("synthetic:tiny", *nodes, "--link", "0.2:1000", home=strata_home)
+    assert code == 0, text
+    assert "0-0 +embd" in text and "1-1 +head" in text and "t/s at ctx 256" in text
+    code, text = cli("synthetic:tiny", *nodes, "--json", home=strata_home)
+    assert code == 0, text
+    doc = json.loads(text)
+    check(doc, "ring.plan")
+    for s in doc["stages"]:
+        check(s, "ring.plan.stages[]")
+    for h in doc["links"]:
+        check(h, "ring.plan.links[]")
+    assert [(s["member"], s["memory_bytes"]) for s in doc["stages"]] == [("a", FIRST),
+                                                                         ("b", LAST)]
+    assert doc["predicted_ms"] is None  # links not measured, none given: no total
+    code, text = cli("synthetic:tiny", *nodes, "-o", "jsonl", home=strata_home)
+    records = [json.loads(line) for line in text.splitlines()]
+    for r in records:
+        check(r, "ring.plan.records")
+    assert [r["link_dst"] for r in records] == ["b", "a"]
+
+
+def test_cli_three_nodes_and_the_shortfall(strata_home: Path) -> None:
+    nodes = ("--node", "a:3:20", "--node", "b:3:10", "--node", "c:3:5")
+    code, text = cli("synthetic:llama-3.2-1b", *nodes, "--link", "0.3:110", "--json",
+                     home=strata_home)
+    assert code == 0, text
+    doc = json.loads(text)
+    assert doc["n_nodes"] == 3 and doc["predicted_ts"] > 0
+    assert sum(s["n_layers"] for s in doc["stages"]) == 16
+    code, text = cli("synthetic:llama-3.2-1b", *nodes, "--mem-cap", "1", home=strata_home)
+    assert code == 2 and "missing" in text
+
+
+def test_cli_this_host_alone(strata_home: Path) -> None:
+    code, text = cli("synthetic:tiny-moe", home=strata_home)
+    assert code == 0, text
+    assert "alone: no ring needed" in text and "experts stay with it" in text
+    proc = run_cli("ring", "plan", "synthetic:tiny", "--node", "x", home=strata_home)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "NAME:GiB" in proc.stderr
+
+
+def test_output_document_lists_ring_plan() -> None:
+    for name in ("ring.plan", "ring.plan.stages[]", "ring.plan.links[]", "ring.plan.records"):
+        assert SCHEMAS.get(name), f"docs/output.md has no {name}"
