@@ -366,3 +366,40 @@ def test_cli_this_host_alone(strata_home: Path) -> None:
 def test_output_document_lists_ring_plan() -> None:
     for name in ("ring.plan", "ring.plan.stages[]", "ring.plan.links[]", "ring.plan.records"):
         assert SCHEMAS.get(name), f"docs/output.md has no {name}"
+
+
+def test_cli_members_file_with_measured_links(strata_home: Path, tmp_path: Path) -> None:
+    a = member("a", 500_000, 1e9).to_dict()
+    b = member("b", 500_000, 1e9).to_dict()
+    doc = {"members": [a, b],
+           "links": [{"src": "b", "dst": "a", "rtt_s": 2e-3, "bandwidth_Bps": 1e8}]}
+    path = tmp_path / "ring.json"
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    code, text = cli("synthetic:tiny", "--members", str(path), "-c", str(CTX), "--json",
+                     home=strata_home)
+    assert code == 0, text
+    plan = json.loads(text)
+    assert [h["rtt_ms"] for h in plan["links"]] == [pytest.approx(2.0)] * 2  # either way
+    hops = (1e-3 + H * 4 / 1e8) + (1e-3 + VOCAB * 4 / 1e8)
+    assert plan["predicted_ms"] == pytest.approx(plan["predicted_stages_ms"] + hops * 1e3)
+    path.write_text(json.dumps({"members": [{**a, "bandwidth_Bps": "fast"}]}), encoding="utf-8")
+    code, text = cli("synthetic:tiny", "--members", str(path), home=strata_home)
+    assert code == 2 and str(path) in text
+
+
+def test_cli_connect_plans_on_the_daemons_live_members(strata_home: Path) -> None:
+    from strata.ring.control import Server
+
+    a, b = member("a", 500_000).to_dict(), member("b", 500_000).to_dict()
+    status = {"self": a, "peers": [{"state": "live", "member": b},
+                                   {"state": "lost", "member": {**b, "id": "gone"}}]}
+    server = Server("127.0.0.1", 0, {"status": lambda _msg, _chan: dict(status)})
+    server.serve_in_thread()
+    try:
+        code, text = cli("synthetic:tiny", "--connect", f"127.0.0.1:{server.port}", "-c",
+                         str(CTX), "--json", home=strata_home)
+    finally:
+        server.stop()
+    assert code == 0, text
+    plan = json.loads(text)
+    assert [s["member"] for s in plan["stages"]] == ["a", "b"] and plan["unused"] == []
