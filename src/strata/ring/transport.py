@@ -1,0 +1,249 @@
+"""The ring's data plane transport: one torch.distributed process group per membership epoch.
+
+The leader (rank 0) hosts the TCPStore rendezvous; every epoch's keys live under their own
+prefix of it, so a re-formed group never meets the previous epoch's keys, and the leader keeps
+one store server per port for the life of its process. The process group is gloo (CPU
+tensors over TCP) built directly on the store, not through torch.distributed's global default
+group, so an epoch's group can be dropped and a new one formed in the same process.
+
+A message is a 5 x int64 header (kind, request id, position, n tokens, width) and, for DATA
+and RESULT, one payload tensor: float32 [n, width], or int64 token ids [n] when width is 0.
+RESET and STOP have no payload; RESET's position field carries the KV capacity (0 = free the
+cache) and its n field the result mode (strata.ring.pipeline.Mode).
+
+Failures: gloo reports a crashed peer at once (its sockets close: ~10 ms on loopback) but a
+hung one never, so every wait has its own deadline (`op_timeout_s`); either way the operation
+raises PeerLost(rank, detect_s). The detecting process writes what it suspects into the
+epoch's store before it drops its group, so the driver, which only sees its own neighbours,
+can follow the reports to the peer that actually failed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import timedelta
+from enum import IntEnum
+
+import torch
+import torch.distributed as dist
+
+HEADER_LEN = 5
+IDLE_TIMEOUT_S = 7 * 24 * 3600.0  # a stage between requests waits for the driver this long
+_TAG = 0
+_SERVERS: dict[tuple[str, int], dist.TCPStore] = {}  # the leader's store server per port
+_SERVERS_LOCK = threading.Lock()
+
+
+class Kind(IntEnum):
+    DATA = 1  # activations (or token ids) for the next stage
+    RESULT = 2  # the last stage's logits or chosen token, back to rank 0
+    RESET = 3  # a new request: fresh KV cache of `pos` positions; result mode in `n`
+    STOP = 4  # leave serve_stage
+
+
+@dataclass(frozen=True)
+class Header:
+    kind: Kind
+    request: int = 0
+    pos: int = 0
+    n: int = 0
+    width: int = 0
+
+    def tensor(self) -> torch.Tensor:
+        return torch.tensor([int(self.kind), self.request, self.pos, self.n, self.width],
+                            dtype=torch.int64)
+
+    @classmethod
+    def from_tensor(cls, t: torch.Tensor) -> Header:
+        kind, request, pos, n, width = (int(v) for v in t.tolist())
+        return cls(Kind(kind), request, pos, n, width)
+
+
+class PeerLost(Exception):
+    """A peer of this epoch's group crashed, hung past the deadline or left.
+
+    rank: the peer (in this epoch's numbering) the failure is blamed on; detect_s: how long
+    the failing operation waited before the failure surfaced (≈ the deadline for a hung
+    peer); at: time.time() of the detection, to compare with an outside clock."""
+
+    def __init__(self, rank: int, detect_s: float, epoch: int = 0, reason: str = "") -> None:
+        self.rank, self.detect_s, self.epoch, self.reason = rank, detect_s, epoch, reason
+        self.at = time.time()
+        super().__init__(f"ring peer {rank} lost (epoch {epoch}) after {detect_s * 1e3:.0f} ms"
+                         f"{': ' + reason if reason else ''}")
+
+
+@dataclass
+class Group:
+    """This process's membership of one epoch's process group."""
+
+    rank: int
+    world: int
+    epoch: int
+    pg: dist.ProcessGroup | None
+    store: dist.Store
+    op_timeout_s: float
+    formed_s: float = 0.0  # how long form_group took
+    sent: dict[int, int] = field(default_factory=dict)  # bytes sent per destination rank
+    received: dict[int, int] = field(default_factory=dict)  # bytes received per source rank
+
+    # -- messages ---------------------------------------------------------------------------
+
+    def send(self, dst: int, header: Header, payload: torch.Tensor | None = None) -> None:
+        tensors = [header.tensor()]
+        if payload is not None:
+            tensors.append(payload.detach().contiguous().cpu())
+        start = time.perf_counter()
+        try:
+            works = [self._pg().send([t], dst, _TAG) for t in tensors]
+            for w in works:
+                w.wait(self._deadline(start, self.op_timeout_s))
+        except RuntimeError as exc:  # DistBackendError and gloo's timeouts are RuntimeErrors
+            raise self._lost(dst, start, exc) from exc
+        self.sent[dst] = self.sent.get(dst, 0) + sum(t.numel() * t.element_size()
+                                                      for t in tensors)
+
+    def recv(self, src: int, idle: bool = False) -> tuple[Header, torch.Tensor | None]:
+        """The next message from `src`. `idle`: waiting for a request to start (a stage
+        between requests), so the op deadline does not apply."""
+        timeout = IDLE_TIMEOUT_S if idle else self.op_timeout_s
+        start = time.perf_counter()
+        buf = torch.empty(HEADER_LEN, dtype=torch.int64)
+        try:
+            self._pg().recv([buf], src, _TAG).wait(self._deadline(start, timeout))
+            header = Header.from_tensor(buf)
+            payload = None
+            if header.kind in (Kind.DATA, Kind.RESULT):
+                payload = (torch.empty(header.n, dtype=torch.int64) if header.width == 0 else
+                           torch.empty(header.n, header.width, dtype=torch.float32))
+                # the payload follows its header at once: the op deadline, even when idle
+                self._pg().recv([payload], src, _TAG).wait(
+                    self._deadline(time.perf_counter(), self.op_timeout_s))
+        except RuntimeError as exc:
+            raise self._lost(src, start, exc) from exc
+        size = buf.numel() * 8 + (0 if payload is None else payload.numel() * 8 if
+                                  header.width == 0 else payload.numel() * 4)
+        self.received[src] = self.received.get(src, 0) + size
+        return header, payload
+
+    # -- failures ---------------------------------------------------------------------------
+
+    def report_lost(self, suspect: int) -> None:
+        """Tell the epoch's store whom this rank suspects (best effort: the store lives in
+        the leader's process, which may be the one that is gone)."""
+        with contextlib.suppress(RuntimeError):
+            self.store.set(f"lost/{self.rank}", str(suspect))
+
+    def blame(self, suspect: int) -> int:
+        """Follow the survivors' reports from `suspect`: a rank that reported a loss is alive,
+        so the one it suspects is the better candidate."""
+        seen = {self.rank}
+        while suspect not in seen:
+            seen.add(suspect)
+            key = f"lost/{suspect}"
+            try:
+                if not self.store.check([key]):
+                    break
+                suspect = int(self.store.get(key).decode())
+            except (RuntimeError, ValueError):
+                break
+        return suspect
+
+    def close(self) -> None:
+        """Drop the process group: its sockets close, so peers blocked on this rank fail at
+        once instead of at their deadline."""
+        pg, self.pg = self.pg, None
+        if pg is not None:
+            shutdown = getattr(pg, "shutdown", None)
+            if callable(shutdown):
+                with contextlib.suppress(RuntimeError):
+                    shutdown()
+            del pg
+
+    def _pg(self) -> dist.ProcessGroup:
+        if self.pg is None:
+            raise RuntimeError("the group was closed")
+        return self.pg
+
+    def _lost(self, peer: int, start: float, exc: BaseException) -> PeerLost:
+        waited = time.perf_counter() - start
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return PeerLost(peer, waited, self.epoch, reason[:200])
+
+    @staticmethod
+    def _deadline(start: float, timeout_s: float) -> timedelta:
+        left = max(0.001, timeout_s - (time.perf_counter() - start))
+        return timedelta(seconds=left)
+
+
+# -- forming a group ----------------------------------------------------------------------------
+
+
+def _base_store(master: str, port: int, rank: int, world: int, timeout_s: float) -> dist.Store:
+    timeout = timedelta(seconds=timeout_s)
+    if rank != 0:
+        return dist.TCPStore(master, port, world, is_master=False, timeout=timeout)
+    with _SERVERS_LOCK:  # the leader serves every epoch on the same port from one server
+        server = _SERVERS.get((master, port))
+        if server is None:
+            server = dist.TCPStore(master, port, world, is_master=True, timeout=timeout,
+                                   wait_for_workers=False)
+            _SERVERS[(master, port)] = server
+        return server
+
+
+def local_address(master: str, port: int) -> str:
+    """This host's address on the route to `master` (no packet is sent): gloo binds its
+    sockets there, so peers on other machines can reach them."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect((master, port))
+            return str(s.getsockname()[0])
+        except OSError:
+            return "127.0.0.1"
+
+
+def form_group(master: str, port: int, rank: int, world: int, epoch: int,
+               timeout_s: float, op_timeout_s: float | None = None) -> Group:
+    """Join epoch `epoch`'s group of `world` ranks whose leader listens on master:port.
+
+    Every rank announces itself under the epoch's prefix and waits (at most `timeout_s`) for
+    all the others before the process group is built, so a missing member surfaces as
+    PeerLost(that rank) after `timeout_s`, not as a hang. `op_timeout_s` (default timeout_s)
+    is the deadline of each send/recv during a request."""
+    if not 0 <= rank < world:
+        raise ValueError(f"rank {rank} is not in a group of {world}")
+    start = time.perf_counter()
+    try:
+        base = _base_store(master, port, rank, world, timeout_s)
+    except RuntimeError as exc:  # the leader's store cannot be reached (or port in use)
+        raise PeerLost(0, time.perf_counter() - start, epoch,
+                       f"rendezvous at {master}:{port}: {str(exc).splitlines()[0]}") from exc
+    store = dist.PrefixStore(f"ring/{epoch}/", base)
+    store.set(f"join/{rank}", "1")
+    try:
+        store.wait([f"join/{r}" for r in range(world)], timedelta(seconds=timeout_s))
+    except RuntimeError as exc:
+        missing = [r for r in range(world) if not store.check([f"join/{r}"])]
+        raise PeerLost(missing[0] if missing else 0, time.perf_counter() - start, epoch,
+                       f"ranks {missing} did not join epoch {epoch}") from exc
+    pg = _gloo(dist.PrefixStore("pg/", store), rank, world, local_address(master, port),
+               timeout_s)
+    group = Group(rank, world, epoch, pg, store, op_timeout_s or timeout_s)
+    group.formed_s = time.perf_counter() - start
+    return group
+
+
+def _gloo(store: dist.Store, rank: int, world: int, host: str,
+          timeout_s: float) -> dist.ProcessGroup:
+    """A gloo group bound to `host`. Its own timeout bounds the connection set-up; during a
+    request every send/recv waits with its own deadline (Group.send/recv)."""
+    gloo = dist.ProcessGroupGloo
+    opts = gloo._Options()
+    opts._timeout = timedelta(seconds=timeout_s)
+    opts._devices = [gloo.create_device(hostname=host)]
+    return gloo(store, rank, world, opts)
