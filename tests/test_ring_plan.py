@@ -247,6 +247,15 @@ def test_the_search_finds_what_brute_force_finds() -> None:
         within_headroom(plan, members)
 
 
+def test_a_search_cut_short_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    import strata.ring.plan as ring_plan
+
+    monkeypatch.setattr(ring_plan, "MAX_ORDERS", 1)
+    members = [member("a", 500_000), member("b", 500_000)]
+    plan = plan_ring("synthetic:tiny", members, CTX)
+    assert any("a faster order may exist" in n for n in plan.notes)
+
+
 # -- members and links ------------------------------------------------------------------------
 
 

@@ -95,6 +95,7 @@ class _Candidate:
     order: tuple[Member, ...]
     bounds: list[tuple[int, int]]
     cost_s: float
+    complete: bool = True  # False: MAX_ORDERS cut the search short (the best found so far)
 
 
 def plan_ring(model: str | ModelSpec, members: Sequence[Member], ctx: int, links: Links = None,
@@ -193,6 +194,8 @@ def _best_of_size(k: int, ordered: list[Member], costs: LayerCosts, speeds: dict
         for order in itertools.permutations(combo):
             tried += 1
             if tried > MAX_ORDERS:
+                if best is not None:
+                    best.complete = False
                 return best
             hop_s = _links_s(order, links, wire, back)
             if best is not None and hop_s >= best.cost_s:
@@ -279,6 +282,9 @@ def _build(ref: str, spec: ModelSpec, ctx: int, costs: LayerCosts, best: _Candid
                              link.one_way_s(nbytes) * 1e3 if link else None))
     used = {m.id for m in best.order}
     notes = _notes(spec, stages, hops, weights_dtype, ctx)
+    if not best.complete:
+        notes.append(f"searched the first {MAX_ORDERS:,} member orders of {k} members only: "
+                     "a faster order may exist")
     return RingPlan(ref, ctx, stages, hops, best.order[0].id if k == 1 else None,
                     [m.id for m in members if m.id not in used], costs.need(k),
                     sum(m.usable_bytes for m in members), notes)
@@ -286,8 +292,9 @@ def _build(ref: str, spec: ModelSpec, ctx: int, costs: LayerCosts, best: _Candid
 
 def _notes(spec: ModelSpec, stages: list[StagePlan], hops: list[LinkPlan],
            weights_dtype: str | None, ctx: int) -> list[str]:
-    held = f"as {weights_dtype}" if weights_dtype else "as stored"
-    notes = [f"weights {held} (how the stages hold them), KV cache at --ctx {ctx}; each share "
+    held = (f"as {weights_dtype} (how the stages hold them)" if weights_dtype else
+            "as stored in the file (--as-stored; the ring's stages hold float32)")
+    notes = [f"weights {held}, KV cache at --ctx {ctx}; each share "
              f"within {HEADROOM:g} of its member's memory",
              "time per token = Σ stage bytes read / (bandwidth x η) + Σ links (RTT/2 + bytes / "
              f"MB/s); η: a member's past torch decode η, else the prior {PRIOR_ETA}"]

@@ -15,7 +15,9 @@ MD_FIELDS = ("member", "device", "first", "last", "memory_bytes", "usable_bytes"
 
 
 def _num(value: float | None, fmt: str = "{:.2f}") -> str:
-    return "—" if value is None else fmt.format(value)
+    if value is None:
+        return "—"
+    return f"{value:.3g}" if 0 < abs(value) < 0.1 else fmt.format(value)  # a tiny model's µs
 
 
 def _layers(plan: RingPlan, i: int) -> str:
