@@ -256,6 +256,22 @@ def test_a_search_cut_short_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
     assert any("a faster order may exist" in n for n in plan.notes)
 
 
+def test_the_plan_sizes_shares_as_the_stages_hold_them() -> None:
+    """The planner's bytes are the runtime's (strata.ring.stage, float32, a tied head's copy
+    on the last stage): a plan that fits is a stage that loads."""
+    stage = pytest.importorskip("strata.ring.stage")
+    from strata.models.source import resolve
+
+    for ref in ("synthetic:tiny", "synthetic:tiny-qwen2"):
+        spec = resolve(ref).spec
+        assert spec is not None
+        caps = [member("a", 400_000), member("b", 400_000)]
+        for plan in (plan_ring(ref, [member("big", 10**9)], CTX), plan_ring(ref, caps, CTX)):
+            for s in plan.stages:
+                assert stage.stage_bytes(spec, s.first, s.last, CTX) == (s.weight_bytes,
+                                                                         s.kv_bytes)
+
+
 # -- members and links ------------------------------------------------------------------------
 
 
