@@ -9,7 +9,7 @@ llama-bench's build and device fields, per backend:
   build_commit, build_number  llama.cpp's build (llamacpp rows); None on other backends,
                               whose engine is not llama.cpp (strata's own commit is the run's
                               git_commit). build_number is None everywhere: see
-                              backends.llamacpp.build_info.
+                              backends.llamacpp_info.build_info.
   cpu_info, gpu_info          the CPU's and the GPUs' names as the engine sees them ("" when
                               no GPU); None for an endpoint (the server's hardware is unknown).
   backends                    llama.cpp's compiled ggml backends (llama-bench's rule); on torch
