@@ -96,6 +96,14 @@ def _rows(x: torch.Tensor) -> torch.Tensor:
     return x.reshape(-1, x.shape[-1]).contiguous()
 
 
+def _fake(x: torch.Tensor) -> torch.Tensor:
+    """A fake output shaped like x but contiguous, as every real output here is (a view of a
+    packed buffer): empty_like would keep the strides of a transposed input (the model's
+    q/k/v are [B,T,H,D] transposed), and torch.compile would then plan views the real
+    output cannot take."""
+    return x.new_empty(x.shape)
+
+
 # -- rmsnorm -----------------------------------------------------------------------------------
 
 @torch.library.custom_op("strata::rmsnorm", mutates_args=())
@@ -106,7 +114,7 @@ def rmsnorm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
 
 @rmsnorm.register_fake
 def _(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
-    return torch.empty_like(x)
+    return _fake(x)
 
 
 def _rmsnorm_setup(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
@@ -130,7 +138,7 @@ def rmsnorm_backward(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor,
 @rmsnorm_backward.register_fake
 def _(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor,
       eps: float) -> tuple[torch.Tensor, torch.Tensor]:
-    return torch.empty_like(x), torch.empty_like(w)
+    return _fake(x), _fake(w)
 
 
 def _rmsnorm_backward(ctx: Any, dy: torch.Tensor) -> tuple[Any, ...]:
@@ -152,7 +160,7 @@ def silu_mul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 @silu_mul.register_fake
 def _(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    return torch.empty_like(a)
+    return _fake(a)
 
 
 def _silu_setup(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
@@ -169,7 +177,7 @@ def silu_mul_backward(a: torch.Tensor, b: torch.Tensor,
 
 @silu_mul_backward.register_fake
 def _(a: torch.Tensor, b: torch.Tensor, dy: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    return torch.empty_like(a), torch.empty_like(b)
+    return _fake(a), _fake(b)
 
 
 def _silu_backward(ctx: Any, dy: torch.Tensor) -> tuple[Any, ...]:
@@ -196,7 +204,7 @@ def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
 
 @rope.register_fake
 def _(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    return torch.empty_like(x)
+    return _fake(x)
 
 
 def _rope_setup(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
@@ -214,7 +222,7 @@ def rope_backward(dy: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> tor
 
 @rope_backward.register_fake
 def _(dy: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    return torch.empty_like(dy)
+    return _fake(dy)
 
 
 def _rope_backward(ctx: Any, dy: torch.Tensor) -> tuple[Any, ...]:
@@ -243,7 +251,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 @attention.register_fake
 def _(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
       scale: float) -> tuple[torch.Tensor, torch.Tensor]:
-    return torch.empty_like(q), q.new_empty(q.shape[:3])
+    return _fake(q), q.new_empty(q.shape[:3])
 
 
 def _attn_setup(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
@@ -274,7 +282,7 @@ def attention_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: tor
 @attention_backward.register_fake
 def _(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, lse: torch.Tensor,
       do: torch.Tensor, scale: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    return _fake(q), _fake(k), _fake(v)
 
 
 def _attn_backward(ctx: Any, do: torch.Tensor, _dlse: Any) -> tuple[Any, ...]:
@@ -301,7 +309,7 @@ def cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Te
 
 @cross_entropy.register_fake
 def _(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    return logits.new_empty(logits.shape[:1]), torch.empty_like(logits)
+    return logits.new_empty(logits.shape[:1]), _fake(logits)
 
 
 def _ce_setup(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
