@@ -70,6 +70,11 @@ def test_compile_error_then_fix_is_registered(home: Path) -> None:
     second = user_text(sent[1])
     assert "undefined_name" in second and "error" in second  # the compiler's own words
     assert any(k.startswith("rmsnorm/") for k in registered(home))
+    # every attempt names the prompt version it came from (the templates' hash)
+    from strata.kernels.gen.prompt import template_hash
+
+    assert {r["template_hash"] for r in rows} == {template_hash("c")}
+    assert rows[1]["code_hash"] and rows[1]["endpoint"] == srv.url
 
 
 def test_mismatch_feedback_names_where_and_by_how_much(home: Path) -> None:
@@ -84,6 +89,10 @@ def test_mismatch_feedback_names_where_and_by_how_much(home: Path) -> None:
     numbers = re.findall(r"-?\d+\.\d+(?:e[-+]?\d+)?", first["feedback"])
     assert numbers and all(n in feedback for n in numbers[:4])
     assert re.search(r"index|\[\d+", feedback) and "expected" in feedback.lower()
+    # where: the case's shape and seed; by how much: the largest relative error shown
+    assert re.search(r"shape \{'rows': \d+, 'cols': \d+\}, seed \d+", feedback), feedback
+    assert re.search(r"\[\d+,\d+\]: got -?[\d.e+-]+, expected -?[\d.e+-]+", feedback)
+    assert re.search(r"Max relative error among these: [\d.e+-]+", feedback), feedback
     assert registered(home) == []  # --no-register
 
 
@@ -157,6 +166,30 @@ def test_unusable_endpoints_are_one_line_errors(home: Path, case: str) -> None:
     assert len(proc.stderr.strip().splitlines()) <= 4, proc.stderr  # retries say so, then 1
 
 
+def test_progress_shows_each_sample_and_the_api_key_is_never_stored(home: Path,
+                                                                    tmp_path: Path) -> None:
+    """On a terminal the status line shows every sample's turn and status; the key goes
+    out only as the Authorization header: not in the DB, the export, or any output."""
+    key = "sk-strata-test-" + "7c1e" * 8
+    with replay_server(["Sorry, no code today."] * 2) as srv:
+        proc = run_cli("kernels", "generate", "rmsnorm", "--endpoint", srv.url, "--samples",
+                       "2", "--turns", "1", "--no-bench", "--api-key-env", "STRATA_TEST_KEY",
+                       home=home, env={"STRATA_TEST_KEY": key, "FORCE_COLOR": "1"})
+        headers = srv.headers
+    assert proc.returncode == 1, proc.stderr  # no correct kernel
+    assert headers and all(h.get("authorization") == f"Bearer {key}" for h in headers)
+    shown = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", proc.stderr)
+    # one line, every sample's turn and latest status (intermediate states such as
+    # "asking" may be coalesced by the live display; the last state is always drawn)
+    assert "rmsnorm: #1 t1 format · #2 t1 format" in shown, shown
+    export = tmp_path / "t.jsonl"
+    assert run_cli("kernels", "attempts", "--export", str(export), home=home).returncode == 0
+    assert len(export.read_text().splitlines()) == 2
+    stored = [p for p in home.rglob("*") if p.is_file()] + [export]
+    assert all(key.encode() not in p.read_bytes() for p in stored)
+    assert key not in proc.stdout + proc.stderr
+
+
 def test_wrong_model_name_lists_the_servers_models(home: Path) -> None:
     with replay_server(["unused"], models=["coder-7b", "coder-32b"]) as srv:
         proc = run_cli("kernels", "generate", "rmsnorm", "--endpoint", srv.url, "--model",
@@ -182,13 +215,16 @@ def test_samples_run_concurrently_and_each_is_stored(home: Path) -> None:
 
 
 def test_export_and_replay_rescore_offline(home: Path, tmp_path: Path) -> None:
-    with replay_server(by_model={"good": [reply(HONEST)], "bad": [reply(NO_WEIGHT)]}) as srv:
-        proc = run_cli("kernels", "eval", "--endpoint", srv.url, "--models", "good,bad",
+    with replay_server(by_model={"coder-good": [reply(HONEST)],
+                                 "coder-bad": [reply(NO_WEIGHT)]}) as srv:
+        proc = run_cli("kernels", "eval", "--endpoint", srv.url, "--models",
+                       "coder-good,coder-bad",
                        "--ops", "rmsnorm", "--samples", "1", "--turns", "1", "--no-bench",
                        "-o", "json", home=home)
     assert proc.returncode == 0, proc.stderr
     live = {r["model"]: r for r in json.loads(proc.stdout)}
-    assert live["good"]["correct_rate"] == 1.0 and live["bad"]["correct_rate"] == 0.0
+    assert live["coder-good"]["correct_rate"] == 1.0
+    assert live["coder-bad"]["correct_rate"] == 0.0
     transcripts = tmp_path / "t.jsonl"
     assert run_cli("kernels", "attempts", "--export", str(transcripts),
                    home=home).returncode == 0
@@ -198,8 +234,24 @@ def test_export_and_replay_rescore_offline(home: Path, tmp_path: Path) -> None:
                    home=other)
     assert proc.returncode == 0, proc.stderr
     replayed = {r["model"]: r for r in json.loads(proc.stdout)}
-    assert replayed["good"]["correct_rate"] == 1.0 and replayed["bad"]["correct_rate"] == 0.0
+    assert replayed["coder-good"]["correct_rate"] == 1.0
+    assert replayed["coder-bad"]["correct_rate"] == 0.0
     assert all(r["run"].startswith("replay-") for r in attempts(other))
+    # the leaderboard is a section of `strata report`, scored as the CLI scores it
+    html_path = tmp_path / "report.html"
+    proc = run_cli("report", "--out", str(html_path), home=other)
+    assert proc.returncode == 0, proc.stderr
+    page = html_path.read_text()
+    assert 'id="kernel-writers"' in page, page[:2000]
+    section = page.split('id="kernel-writers"', 1)[1].split("<section", 1)[0]
+    assert "Models as kernel writers" in section and "no model-written kernels" not in section
+    rows = {m: re.search(rf"<tr><td>{m}</td>(.*?)</tr>", section) for m in replayed}
+    assert all(rows.values()), section
+    # cells: dialect, samples, compile, correct, pass@1, ...
+    cells = {m: re.findall(r"<td>(.*?)</td>", row.group(1))  # type: ignore[union-attr]
+             for m, row in rows.items()}
+    assert cells["coder-good"][2:5] == ["100%", "100%", "100%"], cells
+    assert cells["coder-bad"][2:5] == ["100%", "0%", "0%"], cells  # built, ran, wrong
 
 
 def seeded_home_like(tmp_path: Path) -> Path:
