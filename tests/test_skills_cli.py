@@ -78,8 +78,34 @@ def test_train_ops_are_not_evaluation_ops(home: Path, tmp_path: Path) -> None:
     assert "rmsnorm" in proc.stderr and "held-out" in proc.stderr
 
 
+def _measured_here(home: Path, key: str, speedup: float) -> None:
+    """A verification and a benchmark of built-in `key` stored for this host, as `strata
+    kernels verify/bench` store them (the teacher is shown what this host measured)."""
+    from strata.kernels.impl import builtin_implementations
+    from strata.store import open_db
+    from strata.store.kernels import KernelResult, save_kernel_results
+
+    impl = next(i for i in builtin_implementations() if i.key == key)
+    conn = open_db(home / "strata.db")
+    fingerprint = conn.execute("SELECT fingerprint FROM hosts").fetchone()[0]
+    h = impl.content_hash()
+    save_kernel_results(conn, fingerprint, [
+        KernelResult(impl.op, impl.name, h, "verify", "pass", "cpu", "float32", {"ok": True}),
+        KernelResult(impl.op, impl.name, h, "bench", "ok", "cpu", "float32",
+                     {"median_s": 1e-4, "speedup_eager": speedup, "flags": []},
+                     shape={"rows": 8, "cols": 4096})])
+    conn.close()
+
+
 def test_teacher_writes_a_skill_folder_from_the_lab(home: Path, tmp_path: Path) -> None:
+    from datetime import date
+
+    from strata.kernels.impl import builtin_implementations
+
     text = "# Fast C kernels\n\nUse several accumulators; handle ragged tails."
+    naive = next(i.key for i in builtin_implementations()
+                 if i.op == "rmsnorm" and i.dialect == "c" and i.name.endswith(".naive"))
+    _measured_here(home, naive, 1.37)
     with replay_server([f"```markdown\n{text}\n```"], models=["teacher-70b"]) as srv:
         proc = run_cli("skills", "write", str(tmp_path / "mine"), "--teacher", srv.url,
                        "--train-ops", "rmsnorm,softmax", home=home)
@@ -88,12 +114,19 @@ def test_teacher_writes_a_skill_folder_from_the_lab(home: Path, tmp_path: Path) 
     asked = sent[0]["messages"][-1]["content"]
     assert "void strata_rmsnorm(" in asked and "void strata_softmax(" in asked
     assert "strata_matmul(" not in asked  # only the train ops are taught
+    # what this host measured, and its hardware dialect
+    assert f"### {naive} (verified; 1.37x torch eager)" in asked, asked
+    assert "not yet verified here; not benchmarked here" in asked  # the others, as they are
+    assert "- CPU: " in asked and "ISA features: " in asked and "caches: " in asked
     skill_md = (tmp_path / "mine" / "SKILL.md").read_text()
     assert skill_md.startswith("---\nname: mine") and text in skill_md
     meta = json.loads((tmp_path / "mine" / "skill.json").read_text())
     assert meta["train_ops"] == ["rmsnorm", "softmax"] and meta["teacher_model"] == "teacher-70b"
     assert meta["fingerprint"] and all(k.split("/")[0] in ("rmsnorm", "softmax")
                                        for k in meta["sources"])
+    assert meta["teacher"] == srv.url and meta["date"] == date.today().isoformat()
+    impls = {i.key: i for i in builtin_implementations()}
+    assert meta["sources"][naive] == impls[naive].content_hash()
 
 
 def test_builtin_skill_reaches_the_prompt_offline(home: Path) -> None:
