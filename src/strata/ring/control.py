@@ -1,0 +1,230 @@
+"""The ring's control protocol: JSON lines over TCP between `strata ring serve` daemons.
+
+One message per line, a JSON object. A request carries `op` (hello, ping, status, assign,
+drive, run, leave, bye) and the daemon answers each with one line: `{"ok": true, ...}` or
+`{"ok": false, "error": "<one line for the user>"}`. The data plane (activations, KV)
+never travels here: it goes over torch.distributed (strata.ring.transport); this channel
+only forms the ring, tells members what to hold and carries liveness.
+
+Liveness comes from these connections, not from mDNS (a crashed node's record lingers for
+minutes): every daemon keeps one connection to each peer and pings it; a closed socket
+is a lost peer at once, a silent one after the heartbeat timeout.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import socket
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from strata.errors import InputError
+
+PROTOCOL = 1  # bumped when a message changes meaning; peers with another one are refused
+DEFAULT_PORT = 7473
+MAX_LINE = 1 << 24  # a run's reply carries its tokens and timings: generous, not unbounded
+
+Message = dict[str, Any]
+# A handler's reply may carry THEN: a function given the raw socket once the reply is sent
+# (a link probe then runs on the same connection, past the control handshake).
+THEN = "_then"
+Handler = Callable[[Message, "Channel"], Message]
+
+
+class PeerError(InputError):
+    """A peer that cannot be reached, refuses, or does not answer in time (exit 2)."""
+
+
+class Channel:
+    """One TCP connection carrying JSON lines, safe to send on from several threads."""
+
+    def __init__(self, sock: socket.socket, where: str) -> None:
+        self.sock = sock
+        self.where = where  # "host:port", for messages
+        self._reader = sock.makefile("rb")
+        self._send_lock = threading.Lock()
+
+    def send(self, msg: Message) -> None:
+        data = (json.dumps(msg, separators=(",", ":")) + "\n").encode()
+        with self._send_lock:
+            self.sock.sendall(data)
+
+    def recv(self, timeout_s: float | None) -> Message | None:
+        """The next message; None when the peer closed the connection. A silent peer
+        raises TimeoutError after `timeout_s` (None: wait for ever)."""
+        self.sock.settimeout(timeout_s)
+        line = self._reader.readline(MAX_LINE)
+        if not line:
+            return None
+        try:
+            msg = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise PeerError(f"{self.where} sent something that is not the strata ring "
+                            f"protocol ({exc.msg})") from None
+        if not isinstance(msg, dict):
+            raise PeerError(f"{self.where} sent a non-object message")
+        return msg
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RDWR)
+        with contextlib.suppress(OSError):
+            self._reader.close()
+            self.sock.close()
+
+
+def parse_addr(text: str, default_port: int = DEFAULT_PORT) -> tuple[str, int]:
+    """"host:port" (or "host", or "[v6]:port") -> (host, port); InputError naming the text."""
+    text = text.strip()
+    host, sep, port = text.rpartition(":")
+    if not sep or (host.startswith("[") != host.endswith("]")):
+        host, port = text, str(default_port)
+    host = host.strip("[]")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise InputError(f"peer {text!r}: expected host:port (port 1-65535)")
+    return host, int(port)
+
+
+def parse_peers(text: str | None) -> list[tuple[str, int]]:
+    return [parse_addr(p) for p in (text or "").split(",") if p.strip()]
+
+
+def connect(host: str, port: int, timeout_s: float) -> Channel:
+    """A connection to a daemon, or one line saying why not (refused, unreachable, slow)."""
+    where = f"{host}:{port}"
+    try:
+        sock = socket.create_connection((host, port), timeout=timeout_s)
+    except ConnectionRefusedError:
+        raise PeerError(f"{where}: connection refused (no strata ring serve there?)") from None
+    except TimeoutError:
+        raise PeerError(f"{where}: unreachable (no answer to connect within "
+                        f"{timeout_s:g} s)") from None
+    except OSError as exc:
+        raise PeerError(f"{where}: unreachable ({exc.strerror or exc})") from None
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return Channel(sock, where)
+
+
+def call(chan: Channel, msg: Message, timeout_s: float | None) -> Message:
+    """Send one request on `chan` and wait for its answer; a refusal is a PeerError."""
+    try:
+        chan.send(msg)
+        reply = chan.recv(timeout_s)
+    except TimeoutError:
+        raise PeerError(f"{chan.where}: no answer to '{msg.get('op')}' within {timeout_s:g} s "
+                        "(the daemon is hung or overloaded)") from None
+    except OSError as exc:
+        raise PeerError(f"{chan.where}: connection lost during '{msg.get('op')}' "
+                        f"({exc.strerror or exc})") from None
+    if reply is None:
+        raise PeerError(f"{chan.where}: closed the connection during '{msg.get('op')}'")
+    if not reply.get("ok"):
+        raise PeerError(f"{chan.where}: {reply.get('error') or 'refused without a reason'}")
+    return reply
+
+
+def request(host: str, port: int, msg: Message, timeout_s: float | None = 5.0,
+            connect_timeout_s: float = 5.0) -> Message:
+    """One request on a fresh connection (what the CLI and the leader's orders use)."""
+    chan = connect(host, port, connect_timeout_s)
+    try:
+        return call(chan, msg, timeout_s)
+    finally:
+        chan.close()
+
+
+@dataclass
+class Server:
+    """A threaded TCP server: one thread per connection, requests answered in order through
+    `handlers` (op -> handler). A handler's InputError becomes an `ok: false` answer."""
+
+    host: str
+    port: int
+    handlers: dict[str, Handler]
+    idle_timeout_s: float = 30.0  # a client silent this long is dropped (one-shot CLI calls)
+
+    def __post_init__(self) -> None:
+        self.sock = bind(self.host, self.port)
+        self.port = self.sock.getsockname()[1]
+        self._stop = threading.Event()
+        self._channels: set[Channel] = set()
+        self._lock = threading.Lock()
+
+    def serve_in_thread(self) -> threading.Thread:
+        thread = threading.Thread(target=self._accept_loop, name="ring-accept", daemon=True)
+        thread.start()
+        return thread
+
+    def _accept_loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                sock, addr = self.sock.accept()
+            except OSError:
+                return  # closed by stop()
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            chan = Channel(sock, f"{addr[0]}:{addr[1]}")
+            with self._lock:
+                self._channels.add(chan)
+            threading.Thread(target=self._serve, args=(chan,), daemon=True,
+                             name=f"ring-conn {chan.where}").start()
+
+    def _serve(self, chan: Channel) -> None:
+        try:
+            while not self._stop.is_set():
+                msg = chan.recv(self.idle_timeout_s)
+                if msg is None:
+                    return
+                reply = self.dispatch(msg, chan)
+                then = reply.pop(THEN, None)
+                chan.send(reply)
+                if then is not None:  # the socket now speaks another protocol: hand it over
+                    then(chan.sock)
+                    return
+        except (OSError, InputError, ConnectionError):
+            return  # the other side went away or spoke nonsense: drop the connection
+        finally:
+            with self._lock:
+                self._channels.discard(chan)
+            chan.close()
+
+    def dispatch(self, msg: Message, chan: Channel) -> Message:
+        handler = self.handlers.get(str(msg.get("op")))
+        if handler is None:
+            return {"ok": False, "error": f"unknown request {msg.get('op')!r}"}
+        try:
+            reply = handler(msg, chan)
+        except InputError as exc:
+            return {"ok": False, "error": str(exc)}
+        return {"ok": True, **reply}
+
+    def stop(self) -> None:
+        self._stop.set()
+        with contextlib.suppress(OSError):
+            self.sock.close()
+        with self._lock:
+            chans = list(self._channels)
+        for chan in chans:
+            chan.close()
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """The listening socket, or one line: a port in use names the flag that changes it."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    # SO_REUSEADDR lets a restarted daemon take its port back at once (TIME_WAIT); on Linux
+    # it does not let two live daemons share a port, which is what we want refused.
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+        sock.listen(64)
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise InputError(f"port {port} is in use on {host or 'this host'} (another strata "
+                             "ring serve?): choose another with --port") from None
+        raise InputError(f"cannot listen on {host or '*'}:{port}: {exc.strerror or exc}") \
+            from None
+    return sock
