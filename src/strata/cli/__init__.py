@@ -95,7 +95,18 @@ def _fail(message: str, code: int) -> None:
 
 
 # The commands register themselves on `app` (and the kernels sub-app) when imported.
-from strata.cli import bench, host, kernels, kernels_gen, models, rank, skills, train  # noqa: E402, F401
+from strata.cli import (  # noqa: E402, F401
+    bench,
+    fleet,
+    host,
+    kernels,
+    kernels_gen,
+    models,
+    rank,
+    ring,
+    skills,
+    train,
+)
 from strata.cli.helptext import reflow_tree  # noqa: E402
 
 reflow_tree(app)  # every docstring's prose rewrapped by rich at the terminal's width

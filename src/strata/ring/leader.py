@@ -1,0 +1,145 @@
+"""The leader's side of `strata ring run`: plan, assign an epoch, drive, re-plan on a loss.
+
+The plan comes from strata.ring.plan over the live members (this node included), with the
+links between them measured by the members themselves (the activations cross the link
+between two members, not the leader's). Every plan gets a new epoch; the orders go out
+rank 0 first (it names its rendezvous port), then the others, then `drive` to rank 0.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from strata.errors import InputError
+from strata.ring.control import Message, PeerError
+from strata.ring.runner import MAX_REPLANS, model_hash, send_order
+
+ORDER_TIMEOUT_S = 30.0  # an assign loads nothing but a hash: a member slower than this is hung
+
+
+def lead(node: Any, msg: Message) -> Message:
+    from strata.models.source import resolve
+    from strata.quality.tokenizer import tokenize
+
+    model, n = str(msg["model"]), int(msg["n"])
+    if n < 1:
+        raise InputError(f"-n {n}: generate at least one token")
+    prompt = [int(t) for t in msg.get("prompt_ids") or
+              tokenize(resolve(model), str(msg.get("prompt", ""))).ids]
+    if not prompt:
+        raise InputError("-p: the prompt is empty")
+    digest = model_hash(model)
+    tokens: list[int] = []
+    lost: set[str] = set()
+    events: list[dict[str, Any]] = []
+    segments: list[dict[str, Any]] = []
+    t_start = time.perf_counter()
+    for _ in range(MAX_REPLANS + 1):
+        plan = _plan(node, model, len(prompt) + n, lost, events)
+        epoch = node.bump_epoch(node.epoch + 1)
+        rank0 = plan.stages[0].member
+        reply = _assign_and_drive(node, plan, epoch, model, digest, prompt, n, msg, tokens)
+        if "result" in reply:
+            segments.append({"epoch": epoch, "plan": _stages(plan), **reply["result"]})
+            return _answer(model, prompt, reply["result"], plan, segments, events,
+                           time.perf_counter() - t_start)
+        who = reply.get("member") or plan.stages[int(reply["lost"])].member
+        tokens = list(reply.get("tokens") or tokens)
+        events.append({"epoch": epoch, "lost": who, "at_token": len(tokens),
+                       "detect_s": reply.get("detect_s"), "reason": reply.get("reason"),
+                       "driver": rank0})
+        node.log(f"epoch {epoch}: lost {who} after {len(tokens)} token(s); planning again")
+        lost.add(who)
+    raise InputError(f"gave up after losing {len(lost)} members ({', '.join(sorted(lost))})")
+
+
+def _plan(node: Any, model: str, ctx: int, lost: set[str], events: list[dict[str, Any]]):
+    from strata.ring.members import Member
+    from strata.ring.plan import plan_ring
+
+    members = [node.member, *(Member.from_dict(p.member) for p in node.live()
+                              if p.member and p.id not in lost)]
+    members = [m for m in members if m.id not in lost]
+    try:
+        return plan_ring(model, members, ctx, _links(node, members))
+    except InputError as exc:
+        if not lost:
+            raise
+        raise InputError(f"after losing {', '.join(sorted(lost))}: {exc}") from None
+
+
+def _links(node: Any, members: list[Any]) -> dict[tuple[str, str], Any]:
+    """Each pair's link, measured once by one end and kept by the leader for later plans."""
+    from strata.ring.links import Link
+
+    cache: dict[tuple[str, str], Any] = node.links
+    for i, a in enumerate(members):
+        for b in members[i + 1:]:
+            if (a.id, b.id) in cache or (b.id, a.id) in cache:
+                continue
+            try:
+                reply = send_order((a.host, a.port), {"op": "measure", "host": b.host,
+                                                      "port": b.port}, ORDER_TIMEOUT_S)
+            except PeerError as exc:
+                node.log(f"link {a.id} -> {b.id} not measured: {exc}")
+                continue
+            cache[(a.id, b.id)] = Link.from_dict(reply["link"])
+    return cache
+
+
+def _assign_and_drive(node: Any, plan: Any, epoch: int, model: str, digest: str,
+                      prompt: list[int], n: int, msg: Message, tokens: list[int]) -> Message:
+    """The epoch's orders, then the generation; a member lost on the way is reported as
+    {"lost": rank, "member": id}. A refusal (another model file) fails the run."""
+    by_id = {node.member.id: node.member,
+             **{p.id: p.member for p in node.live() if p.id}}
+    stages = plan.stages
+    assignments = [[rank, s.first, s.last] for rank, s in enumerate(stages)]
+    order = {"op": "assign", "epoch": epoch, "world": len(stages), "model": model,
+             "model_hash": digest, "assignments": assignments,
+             "op_timeout_s": msg.get("op_timeout_s")}
+    master = _addr(by_id[stages[0].member])[0]
+    for rank, stage in enumerate(stages):
+        addr = _addr(by_id[stage.member])
+        try:
+            reply = send_order(addr, {**order, "rank": rank, "first": stage.first,
+                                      "last": stage.last, "master": master,
+                                      "port": order.get("port", 0)}, ORDER_TIMEOUT_S)
+        except PeerError as exc:
+            if "differs here" in str(exc) or "stale order" in str(exc):
+                raise InputError(f"member {stage.member} refused: {exc}") from None
+            return {"lost": rank, "member": stage.member, "tokens": tokens,
+                    "reason": str(exc)}
+        if rank == 0:
+            order["port"] = reply["store_port"]
+    try:
+        return send_order(_addr(by_id[stages[0].member]),
+                          {"op": "drive", "epoch": epoch, "prompt": prompt, "n": n,
+                           "seed": msg.get("seed"), "temperature": msg.get("temperature", 0.0),
+                           "tokens": tokens}, None)  # type: ignore[arg-type]
+    except PeerError as exc:  # the driver itself went away: start its share elsewhere
+        return {"lost": 0, "member": stages[0].member, "tokens": tokens, "reason": str(exc)}
+
+
+def _addr(member: Any) -> tuple[str, int]:
+    m = member if isinstance(member, dict) else member.to_dict()
+    return str(m["host"]), int(m["port"])
+
+
+def _stages(plan: Any) -> list[dict[str, Any]]:
+    return [{"member": s.member, "first": s.first, "last": s.last} for s in plan.stages]
+
+
+def _answer(model: str, prompt: list[int], result: Message, plan: Any,
+            segments: list[dict[str, Any]], events: list[dict[str, Any]],
+            total_s: float) -> Message:
+    itl = [x for seg in segments for x in seg["itl_s"]]
+    decode_s = sum(itl)
+    return {"model": model, "prompt_ids": prompt, "tokens": result["tokens"],
+            "n_prompt": len(prompt), "n_gen": len(result["tokens"]),
+            "ttft_s": segments[0]["ttft_s"], "prefill_s": segments[0]["prefill_s"],
+            "decode_tps": len(itl) / decode_s if decode_s > 0 else None, "itl_s": itl,
+            "e2e_s": total_s, "world": result["world"], "stages": _stages(plan),
+            "predicted_ms_per_token": plan.predicted_ms_per_token,
+            "links": result["links"], "resumes": result["resumes"], "lost": events}

@@ -1,0 +1,208 @@
+"""A generation across the ring: the leader's plan and orders, the members' stages.
+
+`run` (any daemon; forwarded to the leader): the leader plans on the live members
+(strata.ring.plan), opens a new epoch, sends each planned member an `assign` (its rank and
+layers, the rendezvous of the rank-0 member, the model and its hash), then asks the rank-0
+member to `drive` (strata.ring.pipeline.Driver). When a peer is lost mid-generation the
+driver answers with the tokens made so far; the leader drops the lost member, plans again
+over the survivors — or fails with the plan's own message of what is missing — and the new
+rank 0 resumes by replaying prompt + tokens (the rest equals an uninterrupted run).
+
+Each request forms its epoch's group and ends with STOP, so between requests no member
+waits on a group: a node that joins or leaves changes the next plan, never a running one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from strata.errors import InputError
+from strata.ring import control
+from strata.ring.control import Channel, Message, PeerError
+
+MAX_REPLANS = 4  # members lost in one request before the leader gives up
+FORM_TIMEOUT_S = 30.0  # every planned member joins the epoch's group within this
+SAMPLE = 1 << 16  # bytes per sampled chunk of a model file
+SAMPLES = 64
+
+
+def model_hash(model_ref: str) -> str:
+    """A short id of the model's weights as this node would load them: the GGUF's size and
+    64 chunks spread over it (a full hash of a 40 GB file would take a minute on every
+    run; two different files that agree on all of these are not a realistic accident)."""
+    from strata.models.source import resolve
+
+    path = Path(resolve(model_ref).path("gguf", "ring"))
+    size = path.stat().st_size
+    h = hashlib.sha256(str(size).encode())
+    with path.open("rb") as f:
+        for i in range(SAMPLES):
+            f.seek(max(0, size - SAMPLE) * i // (SAMPLES - 1))
+            h.update(f.read(SAMPLE))
+    return h.hexdigest()[:16]
+
+
+def _free_port(host: str) -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class StageHost:
+    """A member's side: the stage it serves for the current epoch, the driver on rank 0."""
+
+    node: Any  # strata.ring.node.Node
+    stage: Any = None  # the last Stage loaded, reused when the next epoch keeps its layers
+    group: Any = None
+    worker: threading.Thread | None = None
+    order: Message = field(default_factory=dict)  # the current epoch's assign
+    store_port: int | None = None  # the rendezvous this node hosts when it is rank 0
+    hashes: dict[str, str] = field(default_factory=dict)
+
+    def handlers(self) -> dict[str, control.Handler]:
+        return {"assign": self.assign, "drive": self.drive, "run": self.run}
+
+    def _hash(self, model: str) -> str:
+        if model not in self.hashes:
+            self.hashes[model] = model_hash(model)
+        return self.hashes[model]
+
+    def assign(self, msg: Message, chan: Channel) -> Message:
+        """The leader's order for an epoch: refuse another model, else take the share."""
+        mine = self._hash(msg["model"])
+        if msg.get("model_hash") != mine:
+            raise InputError(f"model {msg['model']} differs here (hash {mine}, the leader's "
+                             f"{msg.get('model_hash')}): give every node the same file")
+        if msg["epoch"] < self.node.epoch and self.order.get("epoch", -1) >= msg["epoch"]:
+            raise InputError(f"stale order for epoch {msg['epoch']} (this node is at "
+                             f"{self.node.epoch})")
+        self.node.bump_epoch(msg["epoch"])
+        self._drop_group()
+        self.order = dict(msg)
+        if msg["rank"] == 0:  # the driver hosts the epoch's rendezvous; same port for life
+            self.store_port = self.store_port or _free_port(self.node.member.host)
+            return {"store_port": self.store_port}
+        self.worker = threading.Thread(target=self._serve, args=(dict(msg),), daemon=True,
+                                       name=f"ring-stage epoch {msg['epoch']}")
+        self.worker.start()
+        return {}
+
+    def _drop_group(self) -> None:
+        """An older epoch's group is closed: a stage still waiting on it fails at once."""
+        if self.group is not None:
+            self.group.close()
+            self.group = None
+        if self.worker is not None:
+            self.worker.join(timeout=5)
+
+    def _serve(self, order: Message) -> None:
+        from strata.ring.pipeline import StageAssignment, serve_stage
+        from strata.ring.transport import PeerLost, form_group
+
+        mine = StageAssignment(order["rank"], order["first"], order["last"])
+        try:
+            self.group = form_group(order["master"], order["port"], order["rank"],
+                                    order["world"], order["epoch"], FORM_TIMEOUT_S,
+                                    order.get("op_timeout_s"))
+            self.stage = serve_stage(self.group, mine, order["model"], self.stage,
+                                     self.node.config.mem_cap_bytes, self._die_hook())
+        except PeerLost as exc:
+            self.node.log(f"epoch {order['epoch']}: {exc}")
+        except Exception as exc:  # a stage that cannot load: the driver sees the peer go
+            self.node.log(f"epoch {order['epoch']}: stage failed: {type(exc).__name__}: {exc}")
+        finally:
+            if self.group is not None:
+                self.group.close()
+
+    def _die_hook(self) -> Any:
+        """--die-at N (a hidden test hook): SIGKILL this daemon at its N-th activation
+        message, so a test can lose a member at a known point of a generation."""
+        die_at = self.node.config.die_at
+        if not die_at:
+            return None
+        from strata.ring.transport import Kind
+
+        seen = [0]
+
+        def hook(header: Any) -> None:
+            if header.kind == Kind.DATA:
+                seen[0] += 1
+                if seen[0] == die_at:
+                    os.kill(os.getpid(), signal.SIGKILL)
+        return hook
+
+    def drive(self, msg: Message, chan: Channel) -> Message:
+        """Rank 0: form the group, generate (or resume), STOP the ring, report."""
+        from strata.ring.pipeline import Driver, RequestState, StageAssignment
+        from strata.ring.transport import PeerLost, form_group
+
+        order = self.order
+        if order.get("epoch") != msg["epoch"] or order.get("rank") != 0:
+            raise InputError(f"drive for epoch {msg['epoch']}: this node holds no rank 0 "
+                             "order for it")
+        assignments = [StageAssignment(*a) for a in order["assignments"]]
+        t0 = time.perf_counter()
+        driver = None
+        try:
+            self.group = form_group(order["master"], self.store_port or 0, 0, order["world"],
+                                    order["epoch"], FORM_TIMEOUT_S, order.get("op_timeout_s"))
+            formed_s = time.perf_counter() - t0
+            driver = Driver(self.group, assignments, order["model"], self.stage,
+                            self.node.config.mem_cap_bytes)
+            self.stage = driver.stage
+            prompt, n = list(msg["prompt"]), int(msg["n"])
+            seed, temp = msg.get("seed"), float(msg.get("temperature", 0.0))
+            if msg.get("tokens"):  # a resumption: the caches are rebuilt from known tokens
+                state = RequestState(1, prompt, n, seed, temp, False,
+                                     tokens=list(msg["tokens"]), start=time.perf_counter())
+                result = driver.resume(self.group, assignments, state=state)
+            else:
+                result = driver.generate(prompt, n, seed, temp)
+            driver.stop()
+        except PeerLost as lost:
+            tokens = list(driver.state.tokens) if driver and driver.state else []
+            return {"lost": lost.rank, "detect_s": lost.detect_s, "reason": lost.reason,
+                    "tokens": tokens}
+        finally:
+            if self.group is not None:
+                self.group.close()
+                self.group = None
+        return {"result": _plain(result), "formed_s": formed_s}
+
+    def run(self, msg: Message, chan: Channel) -> Message:
+        from strata.ring.leader import lead
+
+        leader = self.node.leader()
+        if leader != self.node.member.id:  # one leader plans; the others pass it on
+            peer = self.node.peer_by_id(leader)
+            if peer is None:
+                raise InputError(f"leader {leader} is not reachable from {self.node.member.id}")
+            return control.request(*peer.addr, msg, timeout_s=None)
+        return lead(self.node, msg)
+
+
+def _plain(result: Any) -> dict[str, Any]:
+    """A GenerationResult as JSON values."""
+    from dataclasses import asdict
+
+    return {"tokens": result.tokens, "ttft_s": result.ttft_s, "prefill_s": result.prefill_s,
+            "itl_s": result.itl_s, "world": result.world,
+            "links": [asdict(x) for x in result.links],
+            "resumes": [asdict(r) for r in result.resumes]}
+
+
+def send_order(addr: tuple[str, int], msg: Message, timeout_s: float) -> Message:
+    """An order to a member; a member that cannot be reached is a PeerError."""
+    return control.request(*addr, msg, timeout_s=timeout_s, connect_timeout_s=timeout_s)
+
+
+__all__ = ["MAX_REPLANS", "PeerError", "StageHost", "model_hash", "send_order"]

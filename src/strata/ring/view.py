@@ -1,0 +1,89 @@
+"""How `strata ring status` and `strata ring run` print: flat records and rich tables."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.table import Table
+
+from strata.views.console import plain
+
+
+def _size(n: Any) -> str:
+    from strata.ring.plan_types import size
+
+    return "" if n is None else size(n)
+
+
+def _member_record(member: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    bw = member.get("bandwidth_Bps")
+    return {"id": member.get("id"), "addr": f"{member.get('host')}:{member.get('port')}",
+            "device": member.get("device"), "available_bytes": member.get("available_bytes"),
+            "mem_cap_bytes": member.get("mem_cap_bytes"),
+            "bandwidth_gbps": None if bw is None else round(bw / 1e9, 2),
+            "strata_version": member.get("strata_version"), **extra}
+
+
+def status_records(reply: dict[str, Any]) -> list[dict[str, Any]]:
+    """One record per node: this daemon first, then each peer address it knows."""
+    leader = reply.get("leader")
+    me = reply["self"]
+    rows = [_member_record(me, state="self", rtt_ms=None, epoch=reply.get("epoch"),
+                           leader=me.get("id") == leader, reason=None)]
+    for peer in sorted(reply.get("peers", []), key=lambda p: (p["state"] != "live",
+                                                              str(p.get("member") and
+                                                                  p["member"]["id"]))):
+        member = peer.get("member") or {"id": None}
+        rec = _member_record(member, state=peer["state"],
+                             rtt_ms=None if peer.get("rtt_ms") is None
+                             else round(peer["rtt_ms"], 3),
+                             epoch=None, leader=member.get("id") == leader,
+                             reason=peer.get("reason"))
+        rec["addr"] = peer["addr"]  # the address we reach it by
+        rows.append(rec)
+    return rows
+
+
+def status_table(reply: dict[str, Any], records: list[dict[str, Any]]) -> Table:
+    members = sum(r["state"] in ("self", "live") for r in records)
+    table = Table(title=f"ring: {members} member(s), leader {reply.get('leader')}, epoch "
+                  f"{reply.get('epoch')}; mDNS {reply.get('mdns')}", title_justify="left")
+    for col, justify in (("id", "left"), ("address", "left"), ("state", "left"),
+                         ("device", "left"), ("free", "right"), ("cap", "right"),
+                         ("GB/s", "right"), ("RTT ms", "right"), ("note", "left")):
+        table.add_column(col, justify=justify)  # type: ignore[arg-type]
+    for r in records:
+        def num(v: Any, f: str = "{:.1f}") -> str:
+            return "" if v is None else f.format(v)
+        note = "leader" if r["leader"] else ""
+        if r["reason"]:
+            note = f"{note}; {r['reason']}" if note else r["reason"]
+        table.add_row(plain(r["id"] or "?"), plain(r["addr"]), r["state"],
+                      plain(r["device"] or ""), _size(r["available_bytes"]),
+                      _size(r["mem_cap_bytes"]),
+                      num(r["bandwidth_gbps"]), num(r["rtt_ms"], "{:.2f}"), plain(note))
+    return table
+
+
+def run_record(reply: dict[str, Any]) -> dict[str, Any]:
+    """`ring run` as one flat record (tokens as a space-separated string of ids)."""
+    return {"model": reply["model"], "n_prompt": reply["n_prompt"], "n_gen": reply["n_gen"],
+            "world": reply["world"], "ttft_s": reply["ttft_s"], "prefill_s": reply["prefill_s"],
+            "decode_tps": reply["decode_tps"], "e2e_s": reply["e2e_s"],
+            "stages": " ".join(f"{s['member']}[{s['first']},{s['last']})"
+                               for s in reply["stages"]),
+            "lost": " ".join(e["lost"] for e in reply["lost"]),
+            "tokens": " ".join(str(t) for t in reply["tokens"])}
+
+
+def run_table(reply: dict[str, Any], out: Any) -> None:
+    rec = run_record(reply)
+    out.print(plain(f"tokens: {rec['tokens']}"))
+    tps = "—" if rec["decode_tps"] is None else f"{rec['decode_tps']:.1f} t/s"
+    out.print(plain(f"{reply['n_prompt']} prompt + {reply['n_gen']} generated tokens on "
+                    f"{reply['world']} node(s) ({rec['stages']}): TTFT "
+                    f"{1e3 * reply['ttft_s']:.1f} ms, decode {tps}, "
+                    f"{reply['e2e_s']:.2f} s end to end"))
+    for e in reply["lost"]:
+        out.print(plain(f"epoch {e['epoch']}: lost {e['lost']} after {e['at_token']} "
+                        f"token(s) ({e['reason']}); re-planned and resumed"))
