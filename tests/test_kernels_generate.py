@@ -106,18 +106,25 @@ def test_the_same_failure_three_times_ends_the_sample(home: Path) -> None:
     assert registered(home) == []
 
 
-@pytest.mark.parametrize(("name", "status"), [
-    ("declares_libc.c", "static"), ("writes_inputs.c", "mismatch"),
-    ("constant_fill.c", "mismatch"), ("writes_past_end.c", "runtime")])
+# One cheat per guard over HTTP (static check, link check, input tampering, constant output,
+# canaries); every fixture of the adversarial suite goes through the same reply path in
+# tests/test_gen_judge.py.
+@pytest.mark.parametrize(("name", "status", "reason"), [
+    ("declares_libc.c", "static", "static_check"),
+    ("declares_cpython.c", "static", "forbidden_link"),
+    ("writes_inputs.c", "mismatch", "modified_inputs"),
+    ("constant_fill.c", "mismatch", "constant_output"),
+    ("writes_past_end.c", "runtime", "out_of_bounds_write")])
 def test_cheats_as_model_replies_are_rejected_and_never_registered(
-        home: Path, name: str, status: str) -> None:
+        home: Path, name: str, status: str, reason: str) -> None:
     code = (FIXTURES / "adversarial" / name).read_text()
     op = re.search(r"op=(\w+)", code.splitlines()[0]).group(1)  # type: ignore[union-attr]
     with replay_server([reply(code)]) as srv:
         proc = generate(srv.url, home, "--turns", "1", op=op)
     assert proc.returncode == 1, proc.stdout
     row = attempts(home)[0]
-    assert row["status"] == status and row["cheat"], row
+    assert (row["status"], row["reason"], row["cheat"]) == (status, reason, True), row
+    assert row["feedback"].strip()  # the model is told why
     assert registered(home) == []
 
 
