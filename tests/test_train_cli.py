@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -105,6 +106,23 @@ def test_a_whole_run_is_stored_exported_and_drawn(home: Path, corpus: Path,
     html = (tmp_path / "r.html").read_text()
     assert 'id="training" data-has-data="true"' in html
     assert 'id="chart-train-loss"' in html and str(gguf) in html
+
+    # the follow-up commands printed at the end run as printed, on the new model (with
+    # repetitions and chunks capped: the suite's time, not the command, is what they limit)
+    lines = proc.stdout.splitlines()
+    commands = [shlex.split(ln.strip()) for ln in lines[lines.index("next:") + 1:]]
+    assert [c[:2] for c in commands] == [["strata", "bench"], ["strata", "quality"]]
+    caps = {"bench": ["-r", "3"], "quality": ["--max-chunks", "4"]}
+    for command in commands:
+        done = run_cli(*command[1:], *caps[command[1]], home=home,
+                       env={"OMP_NUM_THREADS": "1"})
+        assert done.returncode == 0, (command, done.stderr)
+        assert "error" not in done.stderr.lower(), done.stderr
+    stored = conn.execute("SELECT COUNT(*) FROM results r JOIN runs ON runs.id = r.run_id "
+                          "WHERE runs.command = 'bench' AND r.model LIKE ?",
+                          (f"%{gguf.name}",)).fetchone()[0]
+    assert stored >= 2  # pp and tg of the trained GGUF, measured and stored
+    assert "PPL" in done.stdout and str(gguf) in done.stdout  # quality scored the new model
 
 
 def _wait_for(path: Path, proc: subprocess.Popen, seconds: float) -> None:

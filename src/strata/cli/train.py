@@ -167,7 +167,7 @@ def train(
         "--data", metavar="PATH", rich_help_panel=DATA, show_default=False,
         help="Text files or folders to train on (repeatable; every UTF-8 file under a folder). "
         "Default: the embedded corpus (CPython's pydoc topics and standard-library docstrings, "
-        "~1.7 MB, offline).")] = None,
+        "~2 MB, offline).")] = None,
     preset: Annotated[str | None, Opt(
         rich_help_panel=DATA, show_default=False,
         help=f"Model and schedule size: {_PRESETS}. Default {DEFAULT_PRESET}.")] = None,

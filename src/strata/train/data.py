@@ -89,7 +89,7 @@ def _default_corpus() -> tuple[tuple[str, str], ...]:
 
 
 def default_corpus() -> list[Document]:
-    """The embedded corpus (see the module docstring): ~1.7 MB, deterministic order."""
+    """The embedded corpus (see the module docstring): ~2 MB, deterministic order."""
     return [Document(name, text) for name, text in _default_corpus()]
 
 
