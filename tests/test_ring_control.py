@@ -287,7 +287,8 @@ def test_runs_equal_one_process_and_survive_a_lost_member(ring: Ring) -> None:
     assert len(set(reference)) > 10
     resumed = _run(ring, "a", 30, **sampling)
     (event,) = resumed["lost"]
-    assert event["at_token"] == 19 and event["lost"] in ("b", "c"), event
+    # the last plan is kept (no member is predicted > 20% faster): its second stage died
+    assert event["at_token"] == 19 and event["lost"] == two["stages"][1]["member"], event
     assert event["lost"] not in [s["member"] for s in resumed["stages"]]
     assert resumed["tokens"] == reference
 

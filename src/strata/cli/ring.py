@@ -82,12 +82,14 @@ def serve(
     check_positive("--timeout", timeout)
     if mem_cap is not None:
         check_positive("--mem-cap", mem_cap)
-    from strata.ring.control import parse_peers
+    from strata.ring.control import bind, parse_peers
 
     config = NodeConfig(name=name or _default_name(port), host=host, port=port,
                         peers=parse_peers(peers), device=device, mdns=mdns,
                         mem_cap_bytes=None if mem_cap is None else int(mem_cap * GIB),
                         heartbeat_s=timeout / 6, timeout_s=timeout)
+    # The port first: one that is in use fails in one line before the host is probed.
+    sock = bind(host, port)
     if version_as:
         config.version = version_as
     config.die_at = die_at
@@ -95,7 +97,7 @@ def serve(
                           mem_cap_bytes=config.mem_cap_bytes, conn=read_store(db))
     node = Node(config, member, log=lambda line: err.print(line, highlight=False,
                                                            markup=False, soft_wrap=True))
-    node.start()  # a port in use fails here, in one line, before anything else starts
+    node.start(sock)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: node.stopped.set())
     err.print(f"ring node {member.id} on {member.host}:{config.port} ({device}, "

@@ -146,9 +146,10 @@ class Server:
     port: int
     handlers: dict[str, Handler]
     idle_timeout_s: float = 30.0  # a client silent this long is dropped (one-shot CLI calls)
+    sock: socket.socket | None = None  # already bound (the daemon binds before it probes)
 
     def __post_init__(self) -> None:
-        self.sock = bind(self.host, self.port)
+        self.sock = self.sock or bind(self.host, self.port)
         self.port = self.sock.getsockname()[1]
         self._stop = threading.Event()
         self._channels: set[Channel] = set()

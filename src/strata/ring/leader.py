@@ -15,6 +15,7 @@ from strata.errors import InputError
 from strata.ring.control import Message, PeerError
 from strata.ring.runner import MAX_REPLANS, model_hash, send_order
 
+REPLAN_GAIN = 0.2  # a joining member moves a running model only for > 20% predicted gain
 ORDER_TIMEOUT_S = 30.0  # an assign loads nothing but a hash: a member slower than this is hung
 
 
@@ -36,7 +37,7 @@ def lead(node: Any, msg: Message) -> Message:
     segments: list[dict[str, Any]] = []
     t_start = time.perf_counter()
     for _ in range(MAX_REPLANS + 1):
-        plan = _plan(node, model, len(prompt) + n, lost, events)
+        plan = _plan(node, model, len(prompt) + n, lost)
         epoch = node.bump_epoch(node.epoch + 1)
         rank0 = plan.stages[0].member
         reply = _assign_and_drive(node, plan, epoch, model, digest, prompt, n, msg, tokens)
@@ -54,19 +55,39 @@ def lead(node: Any, msg: Message) -> Message:
     raise InputError(f"gave up after losing {len(lost)} members ({', '.join(sorted(lost))})")
 
 
-def _plan(node: Any, model: str, ctx: int, lost: set[str], events: list[dict[str, Any]]):
+def _plan(node: Any, model: str, ctx: int, lost: set[str]) -> Any:
+    """The plan for this request. A member that joined does not move a model that runs
+    already: the last plan's members keep it unless the new plan is predicted more than
+    REPLAN_GAIN faster (an unpredicted gain counts as none)."""
     from strata.ring.members import Member
     from strata.ring.plan import plan_ring
 
     members = [node.member, *(Member.from_dict(p.member) for p in node.live()
                               if p.member and p.id not in lost)]
     members = [m for m in members if m.id not in lost]
+    links = _links(node, members)
     try:
-        return plan_ring(model, members, ctx, _links(node, members))
+        plan = plan_ring(model, members, ctx, links)
     except InputError as exc:
         if not lost:
             raise
         raise InputError(f"after losing {', '.join(sorted(lost))}: {exc}") from None
+    last = node.last_plans.get(model)
+    ids = {m.id for m in members}
+    if last and set(last) <= ids and set(last) != {s.member for s in plan.stages}:
+        try:
+            kept = plan_ring(model, [m for m in members if m.id in last], ctx, links)
+        except InputError:
+            kept = None  # the old members cannot hold this request's context: move
+        if kept is not None and _gain(kept, plan) <= REPLAN_GAIN:
+            plan = kept
+    node.last_plans[model] = [s.member for s in plan.stages]
+    return plan
+
+
+def _gain(old: Any, new: Any) -> float:
+    a, b = old.predicted_ms_per_token, new.predicted_ms_per_token
+    return a / b - 1 if a and b else 0.0
 
 
 def _links(node: Any, members: list[Any]) -> dict[tuple[str, str], Any]:

@@ -14,6 +14,7 @@ they know (gossip in hello/ping answers), so one `--peers` entry is enough to jo
 from __future__ import annotations
 
 import contextlib
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -82,13 +83,17 @@ class Node:
         self.server: control.Server | None = None
         self.mdns: Zeroconf | None = None
         self.links: dict[tuple[str, str], Any] = {}  # measured links, by (from id, to id)
+        self.last_plans: dict[str, list[str]] = {}  # model -> member ids of its last plan
         self.stages = StageHost(self)  # this node's share of a run, and `run` itself
         self.handlers.update(self.stages.handlers())
 
     # --- life cycle -------------------------------------------------------------------
-    def start(self) -> None:
+    def start(self, sock: socket.socket | None = None) -> None:
+        """`sock`: the control port, bound already (control.bind) so that a port in use is
+        reported before the host is probed."""
         self.server = control.Server(self.config.host, self.config.port, self.handlers,
-                                     idle_timeout_s=max(30.0, 4 * self.config.timeout_s))
+                                     idle_timeout_s=max(30.0, 4 * self.config.timeout_s),
+                                     sock=sock)
         self.member.port = self.config.port = self.server.port
         self.server.serve_in_thread()
         for addr in self.config.peers:
