@@ -5,7 +5,8 @@ Rank r receives from r - 1 and sends to r + 1; the last rank sends its RESULT ba
 so each token crosses every link once. A request starts with RESET (a fresh KV cache on every
 stage, and what the last stage returns: the chosen token, or logits), then one DATA message
 for the prompt (prefill) and one per decoded token, and ends with RESET 0 (caches freed, the
-stages idle: only then may they wait without a deadline).
+stages idle). Idle stages wait on the store, not on gloo: the driver wakes them (Group.wake)
+before a new request or STOP; during a request every wait has the op deadline.
 
 After PeerLost the driver keeps what it generated; `Driver.resume` on a new group (fewer or
 other ranks, new layer ranges) rebuilds every stage's cache by replaying the prompt plus the
@@ -26,6 +27,8 @@ import torch
 from strata.errors import InputError
 from strata.ring.stage import Stage, check_range, stage_bytes
 from strata.ring.transport import Group, Header, Kind, PeerLost
+
+LOAD_TIMEOUT_S = 600.0  # how long the driver waits for the other stages to load their layers
 
 
 class Mode(IntEnum):
@@ -97,21 +100,32 @@ def _mib(n: int) -> str:
 def serve_stage(group: Group, assignment: StageAssignment, model_ref: str,
                 stage: Stage | None = None, mem_cap_bytes: int | None = None,
                 on_message: Callable[[Header], None] | None = None) -> Stage:
-    """Serve `assignment` until STOP; returns the stage (reused by the next epoch when its
+    """Serve `assignment` until STOP (or until this process closes the group while the ring
+    is idle); returns the stage (reused by the next epoch when its
     layers stay the same). On a lost peer: report it to the epoch's store, drop the group
     (so the neighbours fail at once too) and raise PeerLost. `on_message` sees every header
     before it is handled (tests use it to crash or hang a stage at a chosen step)."""
     if assignment.rank != group.rank or group.rank == 0:
         raise ValueError(f"serve_stage runs ranks 1..{group.world - 1}, not {assignment}")
-    if stage is None or not stage.holds(model_ref, assignment.first, assignment.last):
-        stage = Stage.load(model_ref, assignment.first, assignment.last,
-                           mem_cap_bytes=mem_cap_bytes)
+    try:
+        if stage is None or not stage.holds(model_ref, assignment.first, assignment.last):
+            stage = Stage.load(model_ref, assignment.first, assignment.last,
+                               mem_cap_bytes=mem_cap_bytes)
+    except Exception as exc:  # rank 0 reports this rank's own words instead of waiting
+        group.mark_ready(f"{type(exc).__name__}: {exc}" if not isinstance(exc, InputError)
+                         else str(exc))
+        group.close()
+        raise
+    group.mark_ready()
     prev, last = group.rank - 1, group.rank == group.world - 1
     nxt = 0 if last else group.rank + 1
     mode, idle = Mode.TOKEN, True
     try:
         while True:
-            header, payload = group.recv(prev, idle=idle)
+            if idle and not group.wait_wake():  # closed by this process (the control plane)
+                stage.reset(0)
+                return stage
+            header, payload = group.recv(prev)
             if on_message is not None:
                 on_message(header)
             if header.kind == Kind.STOP:
@@ -225,11 +239,14 @@ class Driver:
     """Rank 0: runs the first stage, feeds the ring, chooses tokens."""
 
     def __init__(self, group: Group, assignments: list[StageAssignment], model_ref: str,
-                 stage: Stage | None = None, mem_cap_bytes: int | None = None) -> None:
+                 stage: Stage | None = None, mem_cap_bytes: int | None = None,
+                 load_timeout_s: float = LOAD_TIMEOUT_S) -> None:
         self.model_ref, self.mem_cap_bytes = model_ref, mem_cap_bytes
+        self.load_timeout_s = load_timeout_s
         self.stage = stage
         self.state: RequestState | None = None
         self.last_lost = -1  # the rank blamed for the last PeerLost (old epoch's numbering)
+        self._ring_idle = True  # the stages wait in Group.wait_wake: wake them first
         self._next_request = 1
         self._use(group, assignments)
 
@@ -245,6 +262,10 @@ class Driver:
                                     mem_cap_bytes=self.mem_cap_bytes)
         check_range(self.stage.spec, mine.first, mine.last)
         check_assignments(self.stage.spec.n_layers, assignments, group.world)
+        if getattr(self, "group", None) is not group:
+            self._ring_idle = True  # a new group's stages start idle
+            if group.world > 1:
+                group.wait_ready(self.load_timeout_s)
         self.group, self.assignments = group, assignments
 
     # -- the public steps -------------------------------------------------------------------
@@ -275,6 +296,7 @@ class Driver:
     def stop(self) -> None:
         """Send STOP round the ring: every stage leaves serve_stage."""
         if self.group.world > 1:
+            self._wake()
             self.group.send(1, Header(Kind.STOP))
 
     # -- the request --------------------------------------------------------------------------
@@ -356,7 +378,15 @@ class Driver:
         assert self.stage is not None
         self.stage.reset(capacity)
         if self.group.world > 1:
+            if capacity > 0:
+                self._wake()
             self.group.send(1, Header(Kind.RESET, request, capacity, int(mode)))
+            self._ring_idle = capacity == 0
+
+    def _wake(self) -> None:
+        if self._ring_idle:
+            self.group.wake()
+            self._ring_idle = False
 
     def _counters(self) -> tuple[int, int]:
         g = self.group

@@ -12,10 +12,13 @@ RESET and STOP have no payload; RESET's position field carries the KV capacity (
 cache) and its n field the result mode (strata.ring.pipeline.Mode).
 
 Failures: gloo reports a crashed peer at once (its sockets close: ~10 ms on loopback) but a
-hung one never, so every wait has its own deadline (`op_timeout_s`); either way the operation
-raises PeerLost(rank, detect_s). The detecting process writes what it suspects into the
-epoch's store before it drops its group, so the driver, which only sees its own neighbours,
-can follow the reports to the peer that actually failed.
+hung one never, so every wait during a request has its own deadline (`op_timeout_s`); either
+way the operation raises PeerLost(rank, detect_s). Between requests a stage has nothing to
+expect, so it waits on the store instead (`wait_wake`): no deadline, yet it ends when this
+process closes the group, and fails when the leader (the store's host) is gone. A gloo
+timeout closes the connection, so a timed-out group is never reused. The detecting process
+writes what it suspects into the epoch's store before it drops its group, so the driver,
+which only sees its own neighbours, can follow the reports to the peer that actually failed.
 """
 
 from __future__ import annotations
@@ -31,8 +34,10 @@ from enum import IntEnum
 import torch
 import torch.distributed as dist
 
+from strata.errors import InputError
+
 HEADER_LEN = 5
-IDLE_TIMEOUT_S = 7 * 24 * 3600.0  # a stage between requests waits for the driver this long
+READY = "ok"
 _TAG = 0
 _SERVERS: dict[tuple[str, int], dist.TCPStore] = {}  # the leader's store server per port
 _SERVERS_LOCK = threading.Lock()
@@ -88,6 +93,7 @@ class Group:
     store: dist.Store
     op_timeout_s: float
     formed_s: float = 0.0  # how long form_group took
+    wakes: int = 0  # idle-ring wake-ups sent (rank 0) or consumed (the others)
     sent: dict[int, int] = field(default_factory=dict)  # bytes sent per destination rank
     received: dict[int, int] = field(default_factory=dict)  # bytes received per source rank
 
@@ -107,28 +113,76 @@ class Group:
         self.sent[dst] = self.sent.get(dst, 0) + sum(t.numel() * t.element_size()
                                                       for t in tensors)
 
-    def recv(self, src: int, idle: bool = False) -> tuple[Header, torch.Tensor | None]:
-        """The next message from `src`. `idle`: waiting for a request to start (a stage
-        between requests), so the op deadline does not apply."""
-        timeout = IDLE_TIMEOUT_S if idle else self.op_timeout_s
+    def recv(self, src: int) -> tuple[Header, torch.Tensor | None]:
+        """The next message from `src`, within the op deadline (a stage between requests
+        first waits in `wait_wake`, which has none)."""
         start = time.perf_counter()
         buf = torch.empty(HEADER_LEN, dtype=torch.int64)
         try:
-            self._pg().recv([buf], src, _TAG).wait(self._deadline(start, timeout))
+            self._pg().recv([buf], src, _TAG).wait(self._deadline(start, self.op_timeout_s))
             header = Header.from_tensor(buf)
             payload = None
             if header.kind in (Kind.DATA, Kind.RESULT):
                 payload = (torch.empty(header.n, dtype=torch.int64) if header.width == 0 else
                            torch.empty(header.n, header.width, dtype=torch.float32))
-                # the payload follows its header at once: the op deadline, even when idle
                 self._pg().recv([payload], src, _TAG).wait(
-                    self._deadline(time.perf_counter(), self.op_timeout_s))
+                    self._deadline(start, self.op_timeout_s))
         except RuntimeError as exc:
             raise self._lost(src, start, exc) from exc
         size = buf.numel() * 8 + (0 if payload is None else payload.numel() * 8 if
                                   header.width == 0 else payload.numel() * 4)
         self.received[src] = self.received.get(src, 0) + size
         return header, payload
+
+    # -- idle stages ----------------------------------------------------------------------------
+
+    def wake(self) -> None:
+        """Rank 0, before the first message to a ring of idle stages (a new request, STOP)."""
+        self.wakes += 1
+        self.store.set(f"wake/{self.wakes}", "1")
+
+    def wait_wake(self, poll_s: float = 0.02) -> bool:
+        """An idle stage: wait, with no deadline, until rank 0 wakes the ring (True) or this
+        process closes the group (False). Not a gloo recv: a gloo wait cannot be interrupted
+        and its timeout closes the connection. The store is polled (store.wait would log a
+        warning at every expiry): every 2 ms for the first 0.1 s, for back-to-back requests,
+        then every `poll_s`, which bounds what waking adds to a request after a pause."""
+        self.wakes += 1
+        key = [f"wake/{self.wakes}"]
+        start = time.perf_counter()
+        while self.pg is not None:
+            try:
+                if self.store.check(key):
+                    return True
+            except RuntimeError as exc:  # the leader hosts the store: it is gone
+                raise self._lost(0, start, exc) from exc
+            time.sleep(0.002 if time.perf_counter() - start < 0.1 else poll_s)
+        return False
+
+    # -- readiness -------------------------------------------------------------------------------
+
+    def mark_ready(self, error: str = "") -> None:
+        """A stage: loaded (or not, with one line saying why) — what rank 0 waits for."""
+        self.store.set(f"ready/{self.rank}", error or READY)
+
+    def wait_ready(self, timeout_s: float, poll_s: float = 0.01) -> None:
+        """Rank 0: until every stage has loaded its layers, so a request's timings start on a
+        ready ring. InputError with a stage's own message when it could not load; PeerLost
+        for a rank still silent after `timeout_s`."""
+        start = time.perf_counter()
+        waiting = list(range(1, self.world))
+        while waiting:
+            for r in list(waiting):
+                if self.store.check([f"ready/{r}"]):
+                    state = self.store.get(f"ready/{r}").decode()
+                    if state != READY:
+                        raise InputError(f"ring rank {r} cannot serve its stage: {state}")
+                    waiting.remove(r)
+            if waiting and time.perf_counter() - start > timeout_s:
+                raise PeerLost(waiting[0], time.perf_counter() - start, self.epoch,
+                               f"ranks {waiting} did not load their stages in {timeout_s:.0f} s")
+            if waiting:
+                time.sleep(poll_s)
 
     # -- failures ---------------------------------------------------------------------------
 
