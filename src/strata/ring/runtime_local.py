@@ -11,9 +11,11 @@ Worker commands (a dict with "op"):
   resume  form_group + Driver.resume (after a lost peer)
   check   pipeline.check_fit; answers {"ok": False, "error": message} when it does not fit
   stop    Driver.stop (STOP round the ring)
+  form / close   rank 0 forms a group without driving it / closes its group
   exit    leave the loop
-`die_at` / `hang_at` (serve): SIGKILL / SIGSTOP this worker when its n-th DATA message
-arrives, after writing time.time() to the answer pipe, for failure tests.
+`close_after_s` (serve): close the group from another thread after that long, as a control
+plane dropping an idle epoch does. `die_at` / `hang_at` (serve): SIGKILL / SIGSTOP this
+worker when its n-th DATA message arrives, after writing time.time() to the answer pipe.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ import multiprocessing as mp
 import os
 import signal
 import socket
+import sys
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from multiprocessing.connection import Connection
@@ -91,6 +95,8 @@ class _Worker:
         try:
             if op == "serve":
                 self.group = self.form(cmd, cmd["rank"])
+                if cmd.get("close_after_s"):  # the control plane dropping an idle epoch
+                    threading.Timer(cmd["close_after_s"], self.group.close).start()
                 mine = next(a for a in assignments if a.rank == cmd["rank"])
                 self.stage = serve_stage(self.group, mine, cmd["model"], self.stage,
                                          cmd.get("mem_cap"), self.hook(cmd))
@@ -111,6 +117,12 @@ class _Worker:
                 reform_s = time.perf_counter() - t0
                 res = self.driver.resume(self.group, assignments, cmd.get("caps"))
                 return {"ok": True, "result": _result(res), "reform_s": reform_s}
+            if op == "form":  # rank 0 holding a group without driving it
+                self.group = self.form(cmd, 0)
+                return {"ok": True}
+            if op == "close":
+                self.group.close()
+                return {"ok": True}
             if op == "check":
                 check_fit(cmd["model"], assignments, cmd["ctx"], cmd["caps"])
                 return {"ok": True}
@@ -135,7 +147,11 @@ def worker_main(conn: Connection) -> None:
         except EOFError:  # the parent is gone: so are we
             return
         if cmd.get("op") == "exit":
-            return
+            # skip the interpreter's teardown (torch's and gloo's take ~1.5 s on a busy host):
+            # nothing is left to flush but the standard streams
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(0)
         conn.send(worker.handle(cmd))
 
 
@@ -169,19 +185,23 @@ class LocalRing:
             raise TimeoutError(f"worker {i} did not answer in {timeout:.0f} s")
         return dict(self.conns[i].recv())
 
-    def close(self, timeout: float = 5.0) -> None:
-        """exit every worker; SIGKILL (and reap) the ones that do not leave in time."""
+    def close(self, timeout: float = 5.0) -> list[int]:
+        """exit every worker; SIGKILL (and reap) the ones that do not leave in time, whose
+        indices it returns."""
+        killed = []
         for conn in self.conns:
             with contextlib.suppress(OSError, BrokenPipeError):
                 conn.send({"op": "exit"})
         deadline = time.monotonic() + timeout
-        for proc in self.procs:
+        for i, proc in enumerate(self.procs):
             proc.join(max(0.0, deadline - time.monotonic()))
             if proc.is_alive():
+                killed.append(i)
                 proc.kill()
                 proc.join(5.0)
         for conn in self.conns:
             conn.close()
+        return killed
 
     def pids(self) -> list[int]:
         return [p.pid for p in self.procs if p.pid is not None]
