@@ -182,15 +182,19 @@ def test_ring_matches_one_process(ring: LocalRing, models: dict[str, dict[str, A
 
 def test_seeded_sampling_matches_one_process(ring: LocalRing,
                                              models: dict[str, dict[str, Any]]) -> None:
+    """Two requests on one group (the stages idle in between): greedy, then sampled."""
     path = models[LLAMA]["path"]
     ref = _reference(path, PROMPT, 12, temperature=0.8, seed=7)
     common = _start(ring, [0, 1], path)
-    ring.send(0, op="drive", **common, prompt=PROMPT, n_predict=12, seed=7, temperature=0.8)
-    answer = ring.answer(0)
+    ring.send(0, op="drive", **common, prompt=PROMPT, n_predict=12)
+    greedy = ring.answer(0)
+    ring.send(0, op="generate", prompt=PROMPT, n_predict=12, seed=7, temperature=0.8)
+    sampled = ring.answer(0)
     _stop(ring, [0, 1])
-    assert answer["ok"], answer
-    assert answer["result"]["tokens"] == ref["tokens"]
-    assert answer["result"]["tokens"] != models[LLAMA]["tokens"][:12]  # not greedy
+    assert greedy["ok"] and sampled["ok"], (greedy, sampled)
+    assert greedy["result"]["tokens"] == models[LLAMA]["tokens"][:12]
+    assert sampled["result"]["tokens"] == ref["tokens"]
+    assert ref["tokens"] != models[LLAMA]["tokens"][:12]  # sampling did choose otherwise
 
 
 def _interrupted(ring: LocalRing, ref: dict[str, Any], victim: int, signal_key: str,

@@ -8,6 +8,7 @@ message across the pipes is plain Python (lists, floats, numpy arrays), never a 
 Worker commands (a dict with "op"):
   serve   form_group + serve_stage; answers {"ok": True, "stopped": True} or a lost record
   drive   form_group as rank 0 + Driver.generate; answers {"ok": True, "result": ...}
+  generate  another Driver.generate on the same group (the stages idle in between)
   resume  form_group + Driver.resume (after a lost peer)
   check   pipeline.check_fit; answers {"ok": False, "error": message} when it does not fit
   stop    Driver.stop (STOP round the ring)
@@ -101,9 +102,10 @@ class _Worker:
                 self.stage = serve_stage(self.group, mine, cmd["model"], self.stage,
                                          cmd.get("mem_cap"), self.hook(cmd))
                 return {"ok": True, "stopped": True}
-            if op == "drive":
-                self.group = self.form(cmd, 0)
-                self.driver = Driver(self.group, assignments, cmd["model"])
+            if op in ("drive", "generate"):  # generate: another request, same group
+                if op == "drive":
+                    self.group = self.form(cmd, 0)
+                    self.driver = Driver(self.group, assignments, cmd["model"])
                 res = self.driver.generate(cmd["prompt"], cmd["n_predict"], cmd.get("seed"),
                                            cmd.get("temperature", 0.0),
                                            cmd.get("keep_logits", False))
