@@ -332,3 +332,36 @@ def test_nothing_timed_is_unknown_not_zero() -> None:
     assert t.fast["eager@1"] == 0.5 and t.coverage == 1.0
     ab = skills_ab(untimed, [att("rmsnorm", 0, 1, "mismatch"), att("rmsnorm", 1, 1, "ok")])
     assert ab.fast_1.verdict == NOT_TIMED
+
+
+# -- the definitions, where users read them ----------------------------------------------------
+
+def test_eval_help_and_readme_define_every_metric() -> None:
+    """`strata kernels eval --help` names and defines each metric; the README quotes the
+    definitions of metrics.py word for word (so the two cannot drift apart)."""
+    import re
+    from pathlib import Path
+
+    from typer.testing import CliRunner
+
+    from strata.cli import app
+    from strata.kernels.gen import metrics
+
+    page = CliRunner().invoke(app, ["kernels", "eval", "--help"], env={"COLUMNS": "200"},
+                              terminal_width=200).output
+    flat = " ".join(page.replace("│", " ").split())
+    for term in ("compile share of samples", "correct share", "pass@k the unbiased",
+                 "1 - C(n-c,k)/C(n,k)", "fast_p share of samples correct", "eager@p",
+                 "best@p", "p = 1, 1.5, 2", "geomean speedup over eager", "coverage the share",
+                 "turns to the first correct", "tokens per correct", "cheats attempts where "
+                 "a guard fired"):
+        assert term in flat, (term, flat)
+
+    def words(text: str) -> str:
+        return " ".join(text.replace(">", " ").split())
+
+    readme = words((Path(__file__).parent.parent / "README.md").read_text())
+    doc = metrics.__doc__ or ""
+    for para in re.split(r"\n\s*\n", doc.split("Terms.", 1)[1]):
+        for item in re.split(r"\n- ", para):  # each bullet on its own
+            assert words(item.removeprefix("- ")) in readme, item
