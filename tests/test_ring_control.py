@@ -204,21 +204,16 @@ def test_another_version_is_refused_with_the_reason(ring: Ring) -> None:
     assert "refused" in res.stdout and "install the same version" in res.stdout, res.stdout
 
 
-def test_port_in_use_is_one_line_exit_2(ring: Ring) -> None:
-    port = ring.start("a")
-    res = ring.cli("ring", "serve", "--name", "b", "--port", str(port), "--host", "127.0.0.1",
-                   "--no-mdns")
-    line = one_line_error(res)
-    assert f"port {port} is in use" in line and "--port" in line
-
-
-def test_unreachable_and_hung_daemons_are_one_line_errors(ring: Ring) -> None:
+def test_port_in_use_unreachable_and_hung_daemons_are_one_line_errors(ring: Ring) -> None:
     dead = free_port()  # nobody listens there
     line = one_line_error(ring.cli("ring", "status", "--connect", f"127.0.0.1:{dead}"))
     assert "connection refused" in line
     ring.start("a", "--peers", f"127.0.0.1:{dead}", wait=False)
     ring.start("h", "--peers", ring.addr("a"), wait=False)
     ring.ready("a", "h")
+    line = one_line_error(ring.cli("ring", "serve", "--name", "b", "--port",
+                                   str(ring.ports["a"]), "--host", "127.0.0.1", "--no-mdns"))
+    assert f"port {ring.ports['a']} is in use" in line and "--port" in line
     peer = wait_for(lambda: next((p for p in ring.status("a")["peers"]
                                   if p["state"] == "unreachable"), None), 10, "no unreachable")
     assert peer["addr"] == f"127.0.0.1:{dead}" and "refused" in peer["reason"]

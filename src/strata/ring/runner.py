@@ -67,6 +67,7 @@ class StageHost:
     order: Message = field(default_factory=dict)  # the current epoch's assign
     store_port: int | None = None  # the rendezvous this node hosts when it is rank 0
     hashes: dict[str, str] = field(default_factory=dict)
+    run_lock: threading.Lock = field(default_factory=threading.Lock)
 
     def handlers(self) -> dict[str, control.Handler]:
         return {"assign": self.assign, "drive": self.drive, "run": self.run}
@@ -187,7 +188,8 @@ class StageHost:
             if peer is None:
                 raise InputError(f"leader {leader} is not reachable from {self.node.member.id}")
             return control.request(*peer.addr, msg, timeout_s=None)
-        return lead(self.node, msg)
+        with self.run_lock:  # one request at a time: each forms its own epoch's group
+            return lead(self.node, msg)
 
 
 def _plain(result: Any) -> dict[str, Any]:
