@@ -7,6 +7,7 @@ tokens — or a clear error when the survivors cannot hold the model. No process
 
 from __future__ import annotations
 
+import itertools
 import os
 import time
 from collections.abc import Iterator
@@ -298,3 +299,56 @@ def test_crashed_stage_is_replaced_by_replay(ring: LocalRing,
     assert res["tokens"] == ref["tokens"]
     assert resumed["lost_rank"] == 1 and resumed["replayed"] == len(PROMPT) + 8
     assert detect_ms < 2000
+
+
+# -- in one process: a converter-written GGUF (permuted Q/K, frequency factors) --------------------
+
+
+def _chain(path: Path, cuts: list[int], ids: list[int], factors: bool = True) -> np.ndarray:
+    """Every position's logits through stages [cuts[i], cuts[i + 1]), prefill then decode
+    (`factors=False`: the RoPE frequency factors dropped, to show that they matter)."""
+    stages = [Stage.load(str(path), a, b) for a, b in itertools.pairwise(cuts)]
+    rows = []
+    for s in stages:
+        if not factors:
+            s.rope_freqs = None
+        s.reset(len(ids))
+    for pos, chunk in ((0, ids[:-3]), *((len(ids) - 3 + i, [t]) for i, t in
+                                        enumerate(ids[-3:]))):
+        x = torch.tensor(chunk)
+        for s in stages:
+            x = s.forward(x, pos)
+        rows.append(x.numpy())
+    return np.concatenate(rows)
+
+
+def test_stages_undo_the_converters_permutation(tmp_path: Path) -> None:
+    """Against transformers built from the original weights (no GGUF, no strata code): a
+    wrong un-permutation, rotation or GQA grouping would move these peaked logits by O(1)."""
+    from tests.test_gguf_torch import Shape, sample_ids, transformers_logits, write_converter_gguf
+
+    written = write_converter_gguf(tmp_path / "conv.gguf", shape=Shape(n_layers=3))
+    ids = sample_ids(written.vocab, 12)
+    ours = _chain(written.path, [0, 1, 3], ids)
+    ref = transformers_logits(written, ids, tied=False)
+    scale = float(np.abs(ref).max())
+    print(f"\nconverter GGUF, 2 stages vs transformers: max |dlogits| "
+          f"{np.abs(ours - ref).max():.2e} on logits up to {scale:.1f}")
+    assert np.abs(ours - ref).max() <= TOL * max(1.0, scale)
+
+
+def test_stages_apply_rope_frequency_factors(tmp_path: Path) -> None:
+    from strata.models.gguf_torch import load_gguf_model
+    from tests.test_gguf_torch import Shape, sample_ids, write_converter_gguf
+
+    shape = Shape()
+    factors = np.linspace(1.0, 8.0, shape.head_dim // 2).astype(np.float32)
+    written = write_converter_gguf(tmp_path / "freqs.gguf", shape=shape,
+                                   extra={"rope_freqs.weight": factors})
+    ids = sample_ids(written.vocab, 12)
+    model, _ = load_gguf_model(written.path, "cpu", torch.float32)
+    with torch.inference_mode():
+        ref = model(torch.tensor([ids])).logits[0].numpy()
+    ours = _chain(written.path, [0, 1, 2], ids)
+    assert np.abs(ours - ref).max() <= TOL * max(1.0, float(np.abs(ref).max()))
+    assert np.abs(_chain(written.path, [0, 1, 2], ids, factors=False) - ref).max() > 0.1
