@@ -233,7 +233,7 @@ def test_a_model_no_member_has_is_a_line_each(fleet: Fleet, tmp_path: Path) -> N
 LONG = ["synthetic:tiny", "-B", "llamacpp", "-p", "none", "-n", "4", "--sustained", "120"]
 
 
-def test_timeout_and_a_caller_leaving_stop_the_bench(fleet: Fleet) -> None:
+def test_no_bench_outlives_its_timeout_caller_or_daemon(fleet: Fleet) -> None:
     with pytest.raises(control.PeerError, match="past the 2 s timeout"):
         control.request("127.0.0.1", fleet.ports["b"], {"op": "bench", "args": LONG,
                                                         "timeout_s": 2}, timeout_s=30)
@@ -245,8 +245,16 @@ def test_timeout_and_a_caller_leaving_stop_the_bench(fleet: Fleet) -> None:
     wait_for(lambda: not bench.is_running() or bench.status() == psutil.STATUS_ZOMBIE, 10,
              "a's bench outlived its caller")
     wait_for(lambda: not fleet.benches("a"), 10, "a's bench was not reaped")
-    # a busy member says so; here, free again, it answers the next caller
-    control.request("127.0.0.1", fleet.ports["a"], {"op": "ping"})
+    # A daemon killed outright has no chance to stop its bench: the kernel ends it
+    # (PR_SET_PDEATHSIG). b is not used after this test.
+    chan = control.connect("127.0.0.1", fleet.ports["b"], 5)
+    chan.send({"op": "bench", "args": LONG})
+    (bench,) = wait_for(lambda: fleet.benches("b"), 30, "b never started its bench")
+    fleet.procs["b"].kill()
+    fleet.procs["b"].wait()
+    wait_for(lambda: not bench.is_running() or bench.status() == psutil.STATUS_ZOMBIE, 10,
+             "b's bench outlived its daemon")
+    chan.close()
 
 
 def test_table_and_flat_records_from_stored_results(fleet: Fleet,

@@ -142,8 +142,9 @@ def _tables(outcomes: list[Any]) -> None:
     if rows:
         out.print(with_lead("node", [n for n, _ in rows],
                             bench_table([r for _, r in rows], title="strata fleet bench")))
-        for line in notes_lines([r for _, r in rows]):
-            err.print(f"[dim]note[/dim] {escape(line)}", highlight=False)
+    for o in outcomes:  # each member's notes under its name: hosts differ in what they see
+        for line in notes_lines([r for n, r in rows if n == o.node]):
+            err.print(f"[dim]note[/dim] {escape(o.node)}: {escape(line)}", highlight=False)
     t = Table(title="members", title_justify="left")
     for col in ("node", "address", "host", "fingerprint", "runs", "results", "status"):
         t.add_column(col, justify="right" if col in ("results",) else "left")
