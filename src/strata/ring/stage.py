@@ -18,10 +18,16 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
-import torch.nn.functional as F
 
 from strata.errors import InputError
+
+try:  # the optional [torch] extra: one line, not a traceback, when it is missing
+    import torch
+    import torch.nn.functional as F
+except ImportError as exc:
+    raise InputError("strata ring runs on PyTorch (torch.distributed), which is not "
+                     "installed: pip install 'strata[torch]'") from exc
+
 from strata.lab.weights import refuse_experts
 from strata.models.gguf import Shard, scan_or_input_error, shards, spec_from_layout
 from strata.models.gguf_torch import (

@@ -31,10 +31,14 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from enum import IntEnum
 
-import torch
-import torch.distributed as dist
-
 from strata.errors import InputError
+
+try:  # the optional [torch] extra: one line, not a traceback, when it is missing
+    import torch
+    import torch.distributed as dist
+except ImportError as exc:
+    raise InputError("strata ring runs on PyTorch (torch.distributed), which is not "
+                     "installed: pip install 'strata[torch]'") from exc
 
 HEADER_LEN = 5
 READY = "ok"
