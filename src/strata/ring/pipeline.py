@@ -50,7 +50,8 @@ class Mode(IntEnum):
 
 def serve_stage(group: Group, assignment: StageAssignment, model_ref: str,
                 stage: Stage | None = None, mem_cap_bytes: int | None = None,
-                on_message: Callable[[Header], None] | None = None) -> Stage:
+                on_message: Callable[[Header], None] | None = None,
+                device: str = "cpu") -> Stage:
     """Serve `assignment` until STOP (or until this process closes the group while the ring
     is idle); returns the stage (reused by the next epoch when its
     layers stay the same). On a lost peer: report it to the epoch's store, drop the group
@@ -60,7 +61,7 @@ def serve_stage(group: Group, assignment: StageAssignment, model_ref: str,
         raise ValueError(f"serve_stage runs ranks 1..{group.world - 1}, not {assignment}")
     try:
         if stage is None or not stage.holds(model_ref, assignment.first, assignment.last):
-            stage = Stage.load(model_ref, assignment.first, assignment.last,
+            stage = Stage.load(model_ref, assignment.first, assignment.last, device,
                                mem_cap_bytes=mem_cap_bytes)
     except Exception as exc:  # rank 0 reports this rank's own words instead of waiting
         group.mark_ready(f"{type(exc).__name__}: {exc}" if not isinstance(exc, InputError)
@@ -119,6 +120,7 @@ def _step(group: Group, stage: Stage, header: Header, x: torch.Tensor, mode: Mod
 def choose(logits: torch.Tensor, temperature: float, seed: int | None, step: int) -> int:
     """Greedy at temperature 0; otherwise a sample whose generator is seeded by (seed, step)
     alone, so a resumed generation draws what the uninterrupted one would have."""
+    logits = logits.detach().cpu()  # the generator lives on the CPU, whatever the device
     if temperature <= 0.0 or seed is None:
         return int(logits.argmax())
     gen = torch.Generator().manual_seed(seed * 1_000_003 + step)
@@ -191,8 +193,8 @@ class Driver:
 
     def __init__(self, group: Group, assignments: list[StageAssignment], model_ref: str,
                  stage: Stage | None = None, mem_cap_bytes: int | None = None,
-                 load_timeout_s: float = LOAD_TIMEOUT_S) -> None:
-        self.model_ref, self.mem_cap_bytes = model_ref, mem_cap_bytes
+                 load_timeout_s: float = LOAD_TIMEOUT_S, device: str = "cpu") -> None:
+        self.model_ref, self.mem_cap_bytes, self.device = model_ref, mem_cap_bytes, device
         self.load_timeout_s = load_timeout_s
         self.stage = stage
         self.state: RequestState | None = None
@@ -209,7 +211,7 @@ class Driver:
             raise InputError(f"no stage assignment for rank 0 in {assignments}")
         if self.stage is None or not self.stage.holds(self.model_ref, mine.first, mine.last):
             self.stage = None  # free the old share before loading the new one
-            self.stage = Stage.load(self.model_ref, mine.first, mine.last,
+            self.stage = Stage.load(self.model_ref, mine.first, mine.last, self.device,
                                     mem_cap_bytes=self.mem_cap_bytes)
         check_range(self.stage.spec, mine.first, mine.last)
         check_assignments(self.stage.spec.n_layers, assignments, group.world)
