@@ -224,6 +224,9 @@ def test_port_in_use_unreachable_and_hung_daemons_are_one_line_errors(ring: Ring
     line = one_line_error(ring.cli("ring", "status", "--connect", ring.addr("h"),
                                    "--timeout", "1"))
     assert "no answer to 'status' within 1 s" in line, line
+    line = one_line_error(ring.cli("ring", "run", MODEL, "-p", PROMPT, "-n", "4", "--connect",
+                                   ring.addr("h"), "--timeout", "1"))
+    assert "no answer to 'run' within 1 s" in line, line
     wait_for(lambda: ring.live("a") == set(), 3 * TIMEOUT_S, "a kept the hung peer")
     assert time.monotonic() - t0 < 4 * TIMEOUT_S + 3
     lost = next(p for p in ring.status("a")["peers"] if p["member"]

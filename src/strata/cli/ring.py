@@ -87,7 +87,7 @@ def serve(
     config = NodeConfig(name=name or _default_name(port), host=host, port=port,
                         peers=parse_peers(peers), device=device, mdns=mdns,
                         mem_cap_bytes=None if mem_cap is None else int(mem_cap * GIB),
-                        heartbeat_s=timeout / 6, timeout_s=timeout)
+                        heartbeat_s=timeout / 6, timeout_s=timeout, db=db)
     # The port first: one that is in use fails in one line before the host is probed.
     sock = bind(host, port)
     if version_as:
@@ -183,6 +183,9 @@ def run(
         "--temperature", "--temp", help="Above 0 (with --seed): sample at this "
         "temperature.")] = 0.0,
     connect: ConnectOption = f"127.0.0.1:{DEFAULT_PORT}",
+    timeout: Annotated[float, typer.Option(
+        "--timeout", metavar="SECONDS", help="Give up after this long without a word from "
+        "the daemon (it reports progress every second).")] = 30.0,
     fmt: FormatOption = None,
     json_out: JsonOption = False,
 ) -> None:
@@ -202,6 +205,7 @@ def run(
     from strata.ring.view import run_record, run_table
 
     chosen = output_format(fmt, json_out)
+    check_positive("--timeout", timeout)
     if not n_predict.isdigit() or int(n_predict) < 1:
         raise InputError(f"-n {n_predict}: give a whole number of tokens >= 1")
     if temperature < 0:
@@ -209,7 +213,7 @@ def run(
     reply = request(*parse_addr(connect), {"op": "run", "model": model, "prompt": prompt,
                                            "n": int(n_predict), "seed": seed,
                                            "temperature": temperature},
-                    timeout_s=None, connect_timeout_s=10.0)
+                    timeout_s=timeout, connect_timeout_s=timeout)
     reply.pop("ok", None)
     emit(out, chosen, [run_record(reply)], document=reply, md_columns=RUN_COLUMNS,
          table=lambda: run_table(reply, out))

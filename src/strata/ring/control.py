@@ -26,6 +26,7 @@ from strata.errors import InputError
 
 PROTOCOL = 1  # bumped when a message changes meaning; peers with another one are refused
 DEFAULT_PORT = 7473
+KEEPALIVE_S = 1.0  # a request still being worked on says so this often
 MAX_LINE = 1 << 24  # a run's reply carries its tokens and timings: generous, not unbounded
 
 Message = dict[str, Any]
@@ -37,6 +38,10 @@ Handler = Callable[[Message, "Channel"], Message]
 
 class PeerError(InputError):
     """A peer that cannot be reached, refuses, or does not answer in time (exit 2)."""
+
+
+class Refused(PeerError):
+    """The peer answered, and its answer is no (`ok: false` with its reason): it is alive."""
 
 
 class Channel:
@@ -110,10 +115,13 @@ def connect(host: str, port: int, timeout_s: float) -> Channel:
 
 
 def call(chan: Channel, msg: Message, timeout_s: float | None) -> Message:
-    """Send one request on `chan` and wait for its answer; a refusal is a PeerError."""
+    """Send one request on `chan` and wait for its answer; a refusal is a PeerError.
+    `timeout_s` bounds each silence, not the whole request (see Server._answer)."""
     try:
         chan.send(msg)
         reply = chan.recv(timeout_s)
+        while reply is not None and reply.get("pending"):  # still working: wait on
+            reply = chan.recv(timeout_s)
     except TimeoutError:
         raise PeerError(f"{chan.where}: no answer to '{msg.get('op')}' within {timeout_s:g} s "
                         "(the daemon is hung or overloaded)") from None
@@ -123,7 +131,7 @@ def call(chan: Channel, msg: Message, timeout_s: float | None) -> Message:
     if reply is None:
         raise PeerError(f"{chan.where}: closed the connection during '{msg.get('op')}'")
     if not reply.get("ok"):
-        raise PeerError(f"{chan.where}: {reply.get('error') or 'refused without a reason'}")
+        raise Refused(f"{chan.where}: {reply.get('error') or 'refused without a reason'}")
     return reply
 
 
@@ -179,7 +187,7 @@ class Server:
                 msg = chan.recv(self.idle_timeout_s)
                 if msg is None:
                     return
-                reply = self.dispatch(msg, chan)
+                reply = self._answer(msg, chan)
                 then = reply.pop(THEN, None)
                 chan.send(reply)
                 if then is not None:  # the socket now speaks another protocol: hand it over
@@ -192,6 +200,21 @@ class Server:
                 self._channels.discard(chan)
             chan.close()
 
+    def _answer(self, msg: Message, chan: Channel) -> Message:
+        """The handler's answer; while it works (a generation can take minutes) the client
+        hears {"pending": true} every KEEPALIVE_S, so silence means a hung daemon."""
+        box: list[Message] = []
+        done = threading.Event()
+
+        def work() -> None:
+            box.append(self.dispatch(msg, chan))
+            done.set()
+
+        threading.Thread(target=work, daemon=True, name=f"ring-op {msg.get('op')}").start()
+        while not done.wait(KEEPALIVE_S):
+            chan.send({"pending": True})
+        return box[0]
+
     def dispatch(self, msg: Message, chan: Channel) -> Message:
         handler = self.handlers.get(str(msg.get("op")))
         if handler is None:
@@ -200,6 +223,9 @@ class Server:
             reply = handler(msg, chan)
         except InputError as exc:
             return {"ok": False, "error": str(exc)}
+        except Exception as exc:  # a bug or a failure of the thing run: say it, stay up
+            return {"ok": False, "error": f"{msg.get('op')} failed: {type(exc).__name__}: "
+                    f"{exc}".splitlines()[0]}
         return {"ok": True, **reply}
 
     def stop(self) -> None:

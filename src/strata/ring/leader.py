@@ -12,11 +12,12 @@ import time
 from typing import Any
 
 from strata.errors import InputError
-from strata.ring.control import Message, PeerError
+from strata.ring.control import Message, PeerError, Refused
 from strata.ring.runner import MAX_REPLANS, model_hash, send_order
 
 REPLAN_GAIN = 0.2  # a joining member moves a running model only for > 20% predicted gain
-ORDER_TIMEOUT_S = 30.0  # an assign loads nothing but a hash: a member slower than this is hung
+ORDER_TIMEOUT_S = 30.0  # an assign loads nothing but a hash: a member slower is hung
+DRIVE_SILENCE_S = 30.0  # the driver says "pending" every second: this much silence is a hang
 
 
 def lead(node: Any, msg: Message) -> Message:
@@ -127,9 +128,9 @@ def _assign_and_drive(node: Any, plan: Any, epoch: int, model: str, digest: str,
             reply = send_order(addr, {**order, "rank": rank, "first": stage.first,
                                       "last": stage.last, "master": master,
                                       "port": order.get("port", 0)}, ORDER_TIMEOUT_S)
+        except Refused as exc:  # alive and saying no (another model file): no re-plan helps
+            raise InputError(f"member {stage.member} refused: {exc}") from None
         except PeerError as exc:
-            if "differs here" in str(exc) or "stale order" in str(exc):
-                raise InputError(f"member {stage.member} refused: {exc}") from None
             return {"lost": rank, "member": stage.member, "tokens": tokens,
                     "reason": str(exc)}
         if rank == 0:
@@ -138,7 +139,9 @@ def _assign_and_drive(node: Any, plan: Any, epoch: int, model: str, digest: str,
         return send_order(_addr(by_id[stages[0].member]),
                           {"op": "drive", "epoch": epoch, "prompt": prompt, "n": n,
                            "seed": msg.get("seed"), "temperature": msg.get("temperature", 0.0),
-                           "tokens": tokens}, None)  # type: ignore[arg-type]
+                           "tokens": tokens}, DRIVE_SILENCE_S)
+    except Refused as exc:  # e.g. a stage that cannot load: what it says is the error
+        raise InputError(f"member {stages[0].member} (rank 0): {exc}") from None
     except PeerError as exc:  # the driver itself went away: start its share elsewhere
         return {"lost": 0, "member": stages[0].member, "tokens": tokens, "reason": str(exc)}
 

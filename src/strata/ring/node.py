@@ -19,6 +19,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from strata import __version__
@@ -46,6 +47,7 @@ class NodeConfig:
     timeout_s: float = 3.0  # a peer silent this long is dropped
     version: str = __version__  # what hello announces (a test may pretend another)
     die_at: int | None = None  # test hook: crash at this activation message of a run
+    db: Path | None = None  # results DB (serve --db): roofline and η here, fleet's benches
 
 
 @dataclass
@@ -86,6 +88,9 @@ class Node:
         self.last_plans: dict[str, list[str]] = {}  # model -> member ids of its last plan
         self.stages = StageHost(self)  # this node's share of a run, and `run` itself
         self.handlers.update(self.stages.handlers())
+        from strata.ring import fleet  # `strata fleet bench` asks members to bench
+
+        self.handlers.update(fleet.handlers(self))
 
     # --- life cycle -------------------------------------------------------------------
     def start(self, sock: socket.socket | None = None) -> None:
@@ -298,6 +303,7 @@ class Link:
         """Hello and pings on one connection; the seconds to wait before retrying, or None
         when this address should be forgotten (it is this node itself, or a duplicate)."""
         node, cfg = self.node, self.node.config
+        t0 = time.perf_counter()
         try:
             reply = control.call(chan, node.hello_message(), cfg.timeout_s)
         except PeerError as exc:
@@ -311,6 +317,7 @@ class Link:
                 node.peers.pop(self.addr, None)
             return None
         self.peer.member = member
+        self.peer.rtt_ms = (time.perf_counter() - t0) * 1e3  # until the first ping's
         self.peer.last_seen = time.monotonic()
         node.transition(self.peer, "live")
         node.learn(list(reply.get("known") or []))

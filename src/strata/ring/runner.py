@@ -187,7 +187,7 @@ class StageHost:
             peer = self.node.peer_by_id(leader)
             if peer is None:
                 raise InputError(f"leader {leader} is not reachable from {self.node.member.id}")
-            return control.request(*peer.addr, msg, timeout_s=None)
+            return control.request(*peer.addr, msg, timeout_s=30.0)  # silence, not total
         with self.run_lock:  # one request at a time: each forms its own epoch's group
             return lead(self.node, msg)
 
