@@ -236,34 +236,39 @@ class MemberOutcome:
 
 
 def find_targets(connect: list[str], peers: list[str], timeout_s: float) -> list[Target]:
-    """Members from each --connect daemon's status (itself and its peers), then --peers;
-    each address once. A daemon that does not answer is a target that failed."""
+    """Members from each --connect daemon's status (itself and its peers), then each
+    --peers daemon (asked for its id too, so that a member reached under two addresses is
+    asked once). A daemon that does not answer is a target with its reason."""
     found: dict[str, Target] = {}
-    for where in connect:
+
+    def status_of(where: str) -> Message:
         host, port = control.parse_addr(where)
+        addr = f"{host}:{port}"
         try:
             status = control.request(host, port, {"op": "status"}, timeout_s=timeout_s,
                                      connect_timeout_s=timeout_s)
         except PeerError as exc:
-            found.setdefault(where, Target(where, reason=str(exc)))
-            continue
-        found.setdefault(where, Target(where, str(status["self"]["id"])))
-        for p in status.get("peers", []):
+            found.setdefault(addr, Target(addr, reason=_unprefixed(str(exc), addr)))
+            return {}
+        # asked directly and answering: it wins over what another daemon said of it
+        found[addr] = Target(addr, str(status["self"]["id"]))
+        return status
+
+    for where in connect:
+        for p in status_of(where).get("peers", []):
             member = p.get("member") or {}
             addr = f"{member['host']}:{member['port']}" if member else str(p["addr"])
             reason = None if p.get("state") == "live" else \
                 f"not a live member ({p.get('state')}: {p.get('reason') or 'no reason given'})"
             found.setdefault(addr, Target(addr, member.get("id"), reason))
     for where in peers:
-        host, port = control.parse_addr(where)
-        found.setdefault(f"{host}:{port}", Target(f"{host}:{port}"))
-    ids: set[str] = set()
-    unique = []
-    for t in found.values():  # one member known under two addresses is asked once
-        if t.node is None or t.node not in ids:
-            unique.append(t)
-            ids.add(t.node or "")
-    return unique
+        status_of(where)
+    best: dict[str, Target] = {}  # one member known under two addresses is asked once,
+    for t in found.values():  # where it answered if it did
+        key = t.node or t.addr
+        if key not in best or (best[key].reason and not t.reason):
+            best[key] = t
+    return list(best.values())
 
 
 def ask(target: Target, args: list[str], timeout_s: float) -> Message:
