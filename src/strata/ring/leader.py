@@ -116,6 +116,11 @@ def _assign_and_drive(node: Any, plan: Any, epoch: int, model: str, digest: str,
     {"lost": rank, "member": id}. A refusal (another model file) fails the run."""
     by_id = {node.member.id: node.member,
              **{p.id: p.member for p in node.live() if p.id}}
+    # Orders go where this node's link reaches each member; the rendezvous is announced at
+    # rank 0's advertised host, the address every other member must reach.
+    reach = {node.member.id: ("127.0.0.1" if node.config.host in ("", "0.0.0.0")
+                              else node.config.host, node.config.port),
+             **{p.id: p.addr for p in node.live() if p.id}}
     stages = plan.stages
     assignments = [[rank, s.first, s.last] for rank, s in enumerate(stages)]
     order = {"op": "assign", "epoch": epoch, "world": len(stages), "model": model,
@@ -123,7 +128,7 @@ def _assign_and_drive(node: Any, plan: Any, epoch: int, model: str, digest: str,
              "op_timeout_s": msg.get("op_timeout_s")}
     master = _addr(by_id[stages[0].member])[0]
     for rank, stage in enumerate(stages):
-        addr = _addr(by_id[stage.member])
+        addr = reach[stage.member]
         try:
             reply = send_order(addr, {**order, "rank": rank, "first": stage.first,
                                       "last": stage.last, "master": master,
@@ -136,7 +141,7 @@ def _assign_and_drive(node: Any, plan: Any, epoch: int, model: str, digest: str,
         if rank == 0:
             order["port"] = reply["store_port"]
     try:
-        return send_order(_addr(by_id[stages[0].member]),
+        return send_order(reach[stages[0].member],
                           {"op": "drive", "epoch": epoch, "prompt": prompt, "n": n,
                            "seed": msg.get("seed"), "temperature": msg.get("temperature", 0.0),
                            "tokens": tokens}, DRIVE_SILENCE_S)
