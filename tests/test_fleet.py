@@ -30,20 +30,6 @@ from tests.test_output_schema import check
 
 STRATA = [sys.executable, "-m", "strata.cli"]
 BENCH = ["synthetic:tiny", "-B", "llamacpp", "-p", "16", "-n", "4", "-r", "1"]
-# A `strata ring serve` whose daemon also answers fleet's ops: what the registration line
-# in strata.ring.node will do (the daemon's own file is not this module's to edit).
-SERVE = """
-import sys
-from strata.ring import fleet, node
-init = node.Node.__init__
-def with_fleet(self, *args, **kwargs):
-    init(self, *args, **kwargs)
-    self.handlers.update(fleet.handlers(self))
-node.Node.__init__ = with_fleet
-sys.argv = ["strata", *sys.argv[1:]]
-from strata.cli import main
-main()
-"""
 
 
 def free_port() -> int:
@@ -85,8 +71,8 @@ class Fleet:
         env = {**os.environ, "STRATA_HOME": str(home), "STRATA_PROGRESS": "0"}
         log = (self.root / f"{name}.log").open("wb")
         self.procs[name] = subprocess.Popen(
-            [sys.executable, "-c", SERVE, "ring", "serve", "--name", name, "--port",
-             str(port), "--host", "127.0.0.1", "--no-mdns", "--timeout", "2", *args],
+            [*STRATA, "ring", "serve", "--name", name, "--port", str(port), "--host",
+             "127.0.0.1", "--no-mdns", "--timeout", "2", *args],
             stdout=log, stderr=subprocess.STDOUT, env=env)
 
     def addr(self, name: str) -> str:

@@ -38,7 +38,9 @@ from strata.ring.control import Channel, Message, PeerError
 from strata.store.runs import StoredResult
 
 BENCH_TIMEOUT_S = 3600.0  # one member's whole sweep; --timeout changes it
-REPLY_GRACE_S = 30.0  # the caller waits this much past the member's own timeout
+# A member working on a request says so every control.KEEPALIVE_S: a silence this long is
+# a hung daemon (the bench's own length is bounded by the member, with --timeout).
+SILENCE_S = 60.0
 KILL_GRACE_S = 3.0  # SIGINT first (the bench stores what finished), then SIGKILL
 POLL_S = 0.25  # how often a member checks that its caller is still there
 # Flags the member sets itself: its own DB (a caller never names a member's files) and the
@@ -277,7 +279,7 @@ def ask(target: Target, args: list[str], timeout_s: float) -> Message:
         raise PeerError(target.reason)
     host, port = control.parse_addr(target.addr)
     return control.request(host, port, {"op": "bench", "args": args, "timeout_s": timeout_s},
-                           timeout_s=timeout_s + REPLY_GRACE_S, connect_timeout_s=10.0)
+                           timeout_s=SILENCE_S, connect_timeout_s=10.0)
 
 
 def store_reply(conn: sqlite3.Connection, target: Target, reply: Message) -> MemberOutcome:
