@@ -1,0 +1,22 @@
+"""ring: a GGUF run across a `strata ring serve` ring (the daemon at STRATA_RING, default
+127.0.0.1:7473), the leader's plan deciding which member holds which layers."""
+
+from __future__ import annotations
+
+from strata.backends.base import BackendDescriptor, LoadConfig
+
+# The members' devices are theirs (serve --device), not a LoadConfig field; "ring" names no
+# roofline of this host, so no η is computed against a machine that ran only part of the model.
+DEVICE = "ring"
+
+
+def _device(_config: LoadConfig) -> str:
+    return DEVICE
+
+
+# No fit rules (`strata ring plan` is the ring's fit), no scorer (the ring returns tokens).
+# auto=False: a ring is a set of running daemons, never something `--backend auto` assumes.
+DESCRIPTOR = BackendDescriptor(
+    name="ring", factory="strata.backends.ring:RingBackend", accepts=("gguf",),
+    help="across a strata ring (the daemon at $STRATA_RING, default 127.0.0.1:7473)",
+    order=40, options=(), device=_device, auto=False)
