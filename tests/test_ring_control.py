@@ -86,17 +86,21 @@ class Ring:
                               env=self.env, timeout=timeout)
 
     def stop(self) -> None:
-        for proc in self.procs.values():
-            if proc.poll() is None:
-                os.kill(proc.pid, signal.SIGCONT)  # a test may have frozen it
-                proc.terminate()
-        for name, proc in self.procs.items():
+        """SIGTERM every daemon still running: each must leave cleanly (exit 0: a daemon
+        that exits while a thread waits in gloo aborts instead), none may linger."""
+        running = [name for name, proc in self.procs.items() if proc.poll() is None]
+        for name in running:
+            os.kill(self.procs[name].pid, signal.SIGCONT)  # a test may have frozen it
+            self.procs[name].terminate()
+        for name in running:
+            proc = self.procs[name]
             try:
                 proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
                 raise AssertionError(f"daemon {name} ignored SIGTERM: {self.log(name)}") from None
+            assert proc.returncode == 0, f"daemon {name}: exit {proc.returncode}: {self.log(name)}"
         left = psutil.Process().children(recursive=True)
         assert not left, f"processes left behind: {[p.cmdline() for p in left]}"
 

@@ -163,8 +163,8 @@ def status(
          table=lambda: out.print(status_table(reply, records)))
 
 
-RUN_COLUMNS = ("model", "n_prompt", "n_gen", "world", "ttft_s", "prefill_s", "decode_tps",
-               "e2e_s", "lost", "tokens")
+RUN_COLUMNS = ("model_filename", "n_prompt", "n_gen", "world", "ttft_s", "prefill_s",
+               "decode_tps", "e2e_s", "stages", "lost", "tokens")
 
 
 @ring_app.command("run")

@@ -8,6 +8,7 @@ rank 0 first (it names its rendezvous port), then the others, then `drive` to ra
 
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import Any
 
@@ -39,10 +40,22 @@ def lead(node: Any, msg: Message) -> Message:
     t_start = time.perf_counter()
     for _ in range(MAX_REPLANS + 1):
         plan = _plan(node, model, len(prompt) + n, lost)
-        epoch = node.bump_epoch(node.epoch + 1)
+        layout = [[s.member, s.first, s.last] for s in plan.stages]
+        formed = node.ring_now  # the epoch whose group is up: reused while the plan holds
+        fresh = not (formed and formed["model"] == model and formed["layout"] == layout)
+        if fresh:
+            _release(node, formed)
+            epoch = node.bump_epoch(node.epoch + 1)
+        else:
+            epoch = formed["epoch"]
+        node.ring_now = None  # until this request succeeds on it
         rank0 = plan.stages[0].member
-        reply = _assign_and_drive(node, plan, epoch, model, digest, prompt, n, msg, tokens)
+        reply = _assign_and_drive(node, plan, epoch, model, digest, prompt, n, msg, tokens,
+                                  fresh)
+        if reply.get("stale"):  # rank 0 no longer holds the epoch (restarted?): form anew
+            continue
         if "result" in reply:
+            node.ring_now = {"model": model, "layout": layout, "epoch": epoch}
             segments.append({"epoch": epoch, "plan": _stages(plan), **reply["result"]})
             return _answer(model, prompt, reply["result"], plan, segments, events,
                            time.perf_counter() - t_start)
@@ -110,24 +123,44 @@ def _links(node: Any, members: list[Any]) -> dict[tuple[str, str], Any]:
     return cache
 
 
+def _release(node: Any, formed: dict[str, Any] | None) -> None:
+    """Before a new epoch: the old one's rank 0 STOPs its ring (best effort: it may be the
+    member that is gone), so no member keeps waiting on a group nobody will use."""
+    if not formed:
+        return
+    rank0 = formed["layout"][0][0]
+    addr = _reach(node).get(rank0)
+    if addr is not None:
+        with contextlib.suppress(PeerError):
+            send_order(addr, {"op": "release", "epoch": formed["epoch"]}, ORDER_TIMEOUT_S)
+
+
+def _reach(node: Any) -> dict[str, tuple[str, int]]:
+    """Where this node's control links reach each live member (itself on loopback when it
+    listens everywhere)."""
+    own = "127.0.0.1" if node.config.host in ("", "0.0.0.0") else node.config.host
+    return {node.member.id: (own, node.config.port),
+            **{p.id: p.addr for p in node.live() if p.id}}
+
+
 def _assign_and_drive(node: Any, plan: Any, epoch: int, model: str, digest: str,
-                      prompt: list[int], n: int, msg: Message, tokens: list[int]) -> Message:
-    """The epoch's orders, then the generation; a member lost on the way is reported as
-    {"lost": rank, "member": id}. A refusal (another model file) fails the run."""
+                      prompt: list[int], n: int, msg: Message, tokens: list[int],
+                      fresh: bool) -> Message:
+    """The epoch's orders (a new epoch only), then the generation; a member lost on the way
+    is reported as {"lost": rank, "member": id}. A refusal (another model file) fails the
+    run."""
     by_id = {node.member.id: node.member,
              **{p.id: p.member for p in node.live() if p.id}}
     # Orders go where this node's link reaches each member; the rendezvous is announced at
     # rank 0's advertised host, the address every other member must reach.
-    reach = {node.member.id: ("127.0.0.1" if node.config.host in ("", "0.0.0.0")
-                              else node.config.host, node.config.port),
-             **{p.id: p.addr for p in node.live() if p.id}}
+    reach = _reach(node)
     stages = plan.stages
     assignments = [[rank, s.first, s.last] for rank, s in enumerate(stages)]
     order = {"op": "assign", "epoch": epoch, "world": len(stages), "model": model,
              "model_hash": digest, "assignments": assignments,
              "op_timeout_s": msg.get("op_timeout_s")}
     master = _addr(by_id[stages[0].member])[0]
-    for rank, stage in enumerate(stages):
+    for rank, stage in enumerate(stages if fresh else []):
         addr = reach[stage.member]
         try:
             reply = send_order(addr, {**order, "rank": rank, "first": stage.first,
@@ -146,6 +179,8 @@ def _assign_and_drive(node: Any, plan: Any, epoch: int, model: str, digest: str,
                            "seed": msg.get("seed"), "temperature": msg.get("temperature", 0.0),
                            "tokens": tokens}, DRIVE_SILENCE_S)
     except Refused as exc:  # e.g. a stage that cannot load: what it says is the error
+        if not fresh and "holds no rank 0 order" in str(exc):
+            return {"stale": True}
         raise InputError(f"member {stages[0].member} (rank 0): {exc}") from None
     except PeerError as exc:  # the driver itself went away: start its share elsewhere
         return {"lost": 0, "member": stages[0].member, "tokens": tokens, "reason": str(exc)}
@@ -165,7 +200,7 @@ def _answer(model: str, prompt: list[int], result: Message, plan: Any,
             total_s: float) -> Message:
     itl = [x for seg in segments for x in seg["itl_s"]]
     decode_s = sum(itl)
-    return {"model": model, "prompt_ids": prompt, "tokens": result["tokens"],
+    return {"model_filename": model, "prompt_ids": prompt, "tokens": result["tokens"],
             "n_prompt": len(prompt), "n_gen": len(result["tokens"]),
             "ttft_s": segments[0]["ttft_s"], "prefill_s": segments[0]["prefill_s"],
             "decode_tps": len(itl) / decode_s if decode_s > 0 else None, "itl_s": itl,

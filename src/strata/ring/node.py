@@ -86,6 +86,7 @@ class Node:
         self.mdns: Zeroconf | None = None
         self.links: dict[tuple[str, str], Any] = {}  # measured links, by (from id, to id)
         self.last_plans: dict[str, list[str]] = {}  # model -> member ids of its last plan
+        self.ring_now: dict[str, Any] | None = None  # leader: the epoch whose group is up
         self.stages = StageHost(self)  # this node's share of a run, and `run` itself
         self.handlers.update(self.stages.handlers())
         from strata.ring import fleet  # `strata fleet bench` asks members to bench
@@ -120,6 +121,7 @@ class Node:
             with contextlib.suppress(InputError):
                 control.request(*peer.addr, {"op": "bye", "id": self.member.id},
                                 timeout_s=1.0, connect_timeout_s=1.0)
+        self.stages.shutdown()
         if self.mdns is not None:
             self.mdns.close()
         if self.server is not None:

@@ -14,6 +14,7 @@ waits on a group: a node that joins or leaves changes the next plan, never a run
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import signal
@@ -62,7 +63,8 @@ class StageHost:
 
     node: Any  # strata.ring.node.Node
     stage: Any = None  # the last Stage loaded, reused when the next epoch keeps its layers
-    group: Any = None
+    group: Any = None  # the epoch's group this node serves a stage of (ranks 1..)
+    driver: Any = None  # rank 0: the Driver of the current epoch, its group kept
     worker: threading.Thread | None = None
     order: Message = field(default_factory=dict)  # the current epoch's assign
     store_port: int | None = None  # the rendezvous this node hosts when it is rank 0
@@ -70,7 +72,8 @@ class StageHost:
     run_lock: threading.Lock = field(default_factory=threading.Lock)
 
     def handlers(self) -> dict[str, control.Handler]:
-        return {"assign": self.assign, "drive": self.drive, "run": self.run}
+        return {"assign": self.assign, "drive": self.drive, "release": self.release,
+                "run": self.run}
 
     def _hash(self, model: str) -> str:
         if model not in self.hashes:
@@ -98,31 +101,49 @@ class StageHost:
         return {}
 
     def _drop_group(self) -> None:
-        """An older epoch's group is closed: a stage still waiting on it fails at once."""
+        """Leave the previous epoch: as rank 0, STOP its ring; as a stage, close its group
+        (serve_stage leaves an idle group at once)."""
+        self.release({}, None)
         if self.group is not None:
             self.group.close()
             self.group = None
         if self.worker is not None:
-            self.worker.join(timeout=5)
+            self.worker.join(timeout=2)
+
+    def shutdown(self) -> None:
+        """The daemon is stopping: leave every group first (a process that exits while a
+        thread still waits in gloo aborts instead of exiting)."""
+        self._drop_group()
+
+    def release(self, msg: Message, chan: Channel | None) -> Message:
+        """Rank 0 of an epoch the leader is replacing: STOP the ring, drop the group."""
+        driver, self.driver = self.driver, None
+        if driver is not None:
+            with contextlib.suppress(Exception):  # the ring may be half gone already
+                driver.stop()
+            driver.group.close()
+        return {}
 
     def _serve(self, order: Message) -> None:
         from strata.ring.pipeline import StageAssignment, serve_stage
         from strata.ring.transport import PeerLost, form_group
 
         mine = StageAssignment(order["rank"], order["first"], order["last"])
+        group = None
         try:
-            self.group = form_group(order["master"], order["port"], order["rank"],
-                                    order["world"], order["epoch"], FORM_TIMEOUT_S,
-                                    order.get("op_timeout_s"))
-            self.stage = serve_stage(self.group, mine, order["model"], self.stage,
-                                     self.node.config.mem_cap_bytes, self._die_hook())
+            group = self.group = form_group(order["master"], order["port"], order["rank"],
+                                            order["world"], order["epoch"], FORM_TIMEOUT_S,
+                                            order.get("op_timeout_s"))
+            self.stage = serve_stage(group, mine, order["model"], self.stage,
+                                     self.node.config.mem_cap_bytes, self._die_hook(),
+                                     device=self.node.config.device)
         except PeerLost as exc:
             self.node.log(f"epoch {order['epoch']}: {exc}")
-        except Exception as exc:  # a stage that cannot load: the driver sees the peer go
+        except Exception as exc:  # a stage that cannot load: rank 0 reports its words
             self.node.log(f"epoch {order['epoch']}: stage failed: {type(exc).__name__}: {exc}")
         finally:
-            if self.group is not None:
-                self.group.close()
+            if group is not None:
+                group.close()
 
     def _die_hook(self) -> Any:
         """--die-at N (a hidden test hook): SIGKILL this daemon at its N-th activation
@@ -135,6 +156,8 @@ class StageHost:
         seen = [0]
 
         def hook(header: Any) -> None:
+            if header.kind == Kind.RESET and header.pos > 0:  # a request starts: count anew
+                seen[0] = 0
             if header.kind == Kind.DATA:
                 seen[0] += 1
                 if seen[0] == die_at:
@@ -142,7 +165,8 @@ class StageHost:
         return hook
 
     def drive(self, msg: Message, chan: Channel) -> Message:
-        """Rank 0: form the group, generate (or resume), STOP the ring, report."""
+        """Rank 0: generate (or resume) on the epoch's group, formed on the epoch's first
+        request and kept for the next ones (the stages wait idle between requests)."""
         from strata.ring.pipeline import Driver, RequestState, StageAssignment
         from strata.ring.transport import PeerLost, form_group
 
@@ -152,31 +176,32 @@ class StageHost:
                              "order for it")
         assignments = [StageAssignment(*a) for a in order["assignments"]]
         t0 = time.perf_counter()
-        driver = None
+        driver = self.driver
         try:
-            self.group = form_group(order["master"], self.store_port or 0, 0, order["world"],
-                                    order["epoch"], FORM_TIMEOUT_S, order.get("op_timeout_s"))
+            if driver is None or driver.group.epoch != order["epoch"]:
+                self.release({}, None)
+                group = form_group(order["master"], self.store_port or 0, 0, order["world"],
+                                   order["epoch"], FORM_TIMEOUT_S, order.get("op_timeout_s"))
+                driver = Driver(group, assignments, order["model"], self.stage,
+                                self.node.config.mem_cap_bytes, device=self.node.config.device)
+                self.driver, self.stage = driver, driver.stage
             formed_s = time.perf_counter() - t0
-            driver = Driver(self.group, assignments, order["model"], self.stage,
-                            self.node.config.mem_cap_bytes)
-            self.stage = driver.stage
             prompt, n = list(msg["prompt"]), int(msg["n"])
             seed, temp = msg.get("seed"), float(msg.get("temperature", 0.0))
             if msg.get("tokens"):  # a resumption: the caches are rebuilt from known tokens
                 state = RequestState(1, prompt, n, seed, temp, False,
                                      tokens=list(msg["tokens"]), start=time.perf_counter())
-                result = driver.resume(self.group, assignments, state=state)
+                result = driver.resume(driver.group, assignments, state=state)
             else:
                 result = driver.generate(prompt, n, seed, temp)
-            driver.stop()
-        except PeerLost as lost:
+        except PeerLost as lost:  # the driver has closed the group: the epoch is over
+            self.driver = None
             tokens = list(driver.state.tokens) if driver and driver.state else []
             return {"lost": lost.rank, "detect_s": lost.detect_s, "reason": lost.reason,
                     "tokens": tokens}
-        finally:
-            if self.group is not None:
-                self.group.close()
-                self.group = None
+        except BaseException:
+            self.release({}, None)
+            raise
         return {"result": _plain(result), "formed_s": formed_s}
 
     def run(self, msg: Message, chan: Channel) -> Message:

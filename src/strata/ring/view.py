@@ -67,8 +67,9 @@ def status_table(reply: dict[str, Any], records: list[dict[str, Any]]) -> Table:
 
 def run_record(reply: dict[str, Any]) -> dict[str, Any]:
     """`ring run` as one flat record (tokens as a space-separated string of ids)."""
-    return {"model": reply["model"], "n_prompt": reply["n_prompt"], "n_gen": reply["n_gen"],
-            "world": reply["world"], "ttft_s": reply["ttft_s"], "prefill_s": reply["prefill_s"],
+    return {"model_filename": reply["model_filename"], "n_prompt": reply["n_prompt"],
+            "n_gen": reply["n_gen"], "world": reply["world"], "ttft_s": reply["ttft_s"],
+            "prefill_s": reply["prefill_s"],
             "decode_tps": reply["decode_tps"], "e2e_s": reply["e2e_s"],
             "stages": " ".join(f"{s['member']}[{s['first']},{s['last']})"
                                for s in reply["stages"]),
