@@ -151,7 +151,7 @@ def status(
       strata ring status --connect 192.168.1.10:7473 --json
     """
     from strata.ring.control import parse_addr, request
-    from strata.ring.view import status_records, status_table
+    from strata.ring.view import links_table, status_records, status_table
 
     chosen = output_format(fmt, json_out)
     check_positive("--timeout", timeout)
@@ -159,8 +159,13 @@ def status(
                     connect_timeout_s=timeout)
     reply.pop("ok", None)
     records = status_records(reply)
-    emit(out, chosen, records, document=reply, md_columns=STATUS_COLUMNS,
-         table=lambda: out.print(status_table(reply, records)))
+    def tables() -> None:
+        out.print(status_table(reply, records))
+        links = links_table(reply)
+        if links is not None:
+            out.print(links)
+
+    emit(out, chosen, records, document=reply, md_columns=STATUS_COLUMNS, table=tables)
 
 
 RUN_COLUMNS = ("model_filename", "n_prompt", "n_gen", "world", "ttft_s", "prefill_s",

@@ -65,6 +65,20 @@ def status_table(reply: dict[str, Any], records: list[dict[str, Any]]) -> Table:
     return table
 
 
+def links_table(reply: dict[str, Any]) -> Table | None:
+    """The links this daemon measured (the leader measures them for its plans)."""
+    links = reply.get("links") or []
+    if not links:
+        return None
+    table = Table(title="links measured for the plan", title_justify="left")
+    for col in ("from", "to", "RTT ms", "MB/s"):
+        table.add_column(col, justify="left" if col in ("from", "to") else "right")
+    for x in links:
+        table.add_row(plain(x["src"]), plain(x["dst"]), f"{1e3 * x['rtt_s']:.3f}",
+                      f"{x['bandwidth_Bps'] / 1e6:,.0f}")
+    return table
+
+
 def run_record(reply: dict[str, Any]) -> dict[str, Any]:
     """`ring run` as one flat record (tokens as a space-separated string of ids)."""
     return {"model_filename": reply["model_filename"], "n_prompt": reply["n_prompt"],
