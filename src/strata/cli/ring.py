@@ -97,9 +97,11 @@ def serve(
                           mem_cap_bytes=config.mem_cap_bytes, conn=read_store(db))
     node = Node(config, member, log=lambda line: err.print(line, highlight=False,
                                                            markup=False, soft_wrap=True))
-    node.start(sock)
+    # Before start: registering with mDNS takes a second or two, and a SIGTERM meanwhile
+    # must still end in a clean stop.
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: node.stopped.set())
+    node.start(sock)
     err.print(f"ring node {member.id} on {member.host}:{config.port} ({device}, "
               f"{_gib(member.available_bytes)} available); mDNS "
               f"{'on' if node.mdns and not node.mdns.reason else 'off'}", highlight=False,
