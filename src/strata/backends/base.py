@@ -139,6 +139,12 @@ class BackendDescriptor:
     fit: Callable[[], BackendRules] | None = None  # memory rules for `strata fit`, if any
     scoring: Scoring | None = None  # how `strata quality` uses it, if it can score
     auto: bool = True  # part of `--backend auto` (bench) and `auto`/`both` (quality)
+    # Whether this host's roofline explains its figures (False: the work runs elsewhere,
+    # e.g. on a ring's members, so bench neither measures nor applies one for it alone).
+    roofline: bool = True
+    # A quick check (well under a second) that the backend can run at all, made before bench
+    # spends time on the host's roofline; raises InputError with what to do.
+    preflight: Callable[[], None] | None = None
 
     def __post_init__(self) -> None:
         unknown = set(self.options) - set(LOAD_FIELDS)

@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import Progress
 
+from strata.backends import describe
 from strata.bench.load import LoadBenchConfig, LoadRunner
 from strata.bench.plan import BenchConfig, Job
 from strata.bench.records import record
@@ -123,10 +124,16 @@ def run_bench(conn: sqlite3.Connection, config: BenchConfig, console: Console,
     host = this_host(conn, console)
     profile, fingerprint = host.profile, host.fingerprint
     check_fits(models, profile, config)  # before spending time on the roofline
+    descriptors = [describe(b) for b in config.backends]
+    for d in descriptors:
+        if d.preflight is not None:
+            d.preflight()  # e.g. no ring daemon: say so before measuring anything
     warn_no_offload(config, console)
     load = config if isinstance(config, LoadBenchConfig) else None
-    # serving load measures a server, which no roofline of this host explains
-    roof = host.roofline(console) if load is None else None
+    # serving load measures a server, and a ring runs on other machines: no roofline of
+    # this host explains either
+    wants_roofline = load is None and any(d.roofline for d in descriptors)
+    roof = host.roofline(console) if wants_roofline else None
     run_id = start_run(conn, fingerprint, "bench", sys.argv[1:], config.to_dict())
     done: list[StoredResult] = []
 
