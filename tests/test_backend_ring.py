@@ -88,3 +88,54 @@ def test_no_daemon_is_one_line_exit_2(tmp_path: Path) -> None:
     assert "strata ring serve" in line and "connection refused" in line, line
     assert not home_db(tmp_path).execute("SELECT COUNT(*) FROM results").fetchone()[0]
     r.stop()
+
+
+def test_a_request_that_lost_a_member_runs_again_and_depth_is_refused(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """In process, against a control server that answers as a daemon would: the first run
+    reports a lost member (its gaps cover only the resumed part), the second does not."""
+    from strata.backends.base import LoadConfig, RunRequest
+    from strata.backends.ring import LOST_NOTE, RingBackend
+    from strata.bench.metrics import compute
+    from strata.errors import InputError
+    from strata.models.source import resolve
+    from strata.ring import control
+
+    stages = [{"member": "a", "first": 0, "last": 3}, {"member": "b", "first": 3, "last": 4}]
+    runs: list[dict] = []
+
+    def run(msg: dict, _chan: control.Channel) -> dict:
+        runs.append(msg)
+        n, lost = msg["n"], len(runs) == 1
+        gaps = n - 1 - (3 if lost else 0)
+        return {"tokens": [5] * n, "ttft_s": 0.01, "prefill_s": 0.008, "itl_s": [0.002] * gaps,
+                "world": 2, "stages": stages, "predicted_ms_per_token": 1.5,
+                "links": [{"src": 0, "dst": 1, "bytes_per_token": 296.0, "measured": True},
+                          {"src": 1, "dst": 0, "bytes_per_token": 48.0, "measured": True}],
+                "lost": [{"lost": "c", "at_token": 3}] if lost else [], "resumes": []}
+
+    def status(_msg: dict, _chan: control.Channel) -> dict:
+        return {"self": {"id": "a"}, "peers": [], "leader": "a"}
+
+    server = control.Server("127.0.0.1", 0, {"run": run, "status": status})
+    server.serve_in_thread()
+    try:
+        monkeypatch.setenv("STRATA_RING", f"127.0.0.1:{server.port}")
+        b = RingBackend()
+        b.load(resolve(MODEL), LoadConfig())
+        trace = b.run(RunRequest((), tuple(b.random_tokens(16, 1)), 8))
+        assert len(runs) == 2 and runs[0]["n"] == 9 and len(runs[0]["prompt_ids"]) == 16
+        assert LOST_NOTE in trace.notes and len(trace.token_ns) == 8
+        m = compute(trace)
+        assert m.ttft_s == pytest.approx(0.01) and m.itl_s == pytest.approx([0.002] * 8)
+        info = b.info()
+        assert info["device"] == "ring a[0,3)+b[3,4)" and info["ring"]["lost"][0]["lost"] == "c"
+        assert info["ring"]["links"][0] == {"src": "a", "dst": "b", "bytes_per_token": 296.0,
+                                            "measured": True}
+        tg = b.run(RunRequest((), (), 4))  # pure tg: BOS as a one-token prompt, n = 4
+        assert runs[-1]["n"] == 4 and runs[-1]["prompt_ids"] == [b.bos()]
+        assert tg.t_prefill_end == tg.t_start and len(tg.token_ns) == 4
+        with pytest.raises(InputError, match="depth tests"):
+            b.run(RunRequest((1, 2, 3), (4,), 2))
+    finally:
+        server.stop()
