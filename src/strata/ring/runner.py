@@ -27,7 +27,7 @@ from typing import Any
 
 from strata.errors import InputError
 from strata.ring import control
-from strata.ring.control import Channel, Message, PeerError
+from strata.ring.control import Channel, Message
 
 MAX_REPLANS = 4  # members lost in one request before the leader gives up
 FORM_TIMEOUT_S = 30.0  # every planned member joins the epoch's group within this
@@ -231,5 +231,3 @@ def send_order(addr: tuple[str, int], msg: Message, timeout_s: float) -> Message
     """An order to a member; a member that cannot be reached is a PeerError."""
     return control.request(*addr, msg, timeout_s=timeout_s, connect_timeout_s=timeout_s)
 
-
-__all__ = ["MAX_REPLANS", "PeerError", "StageHost", "model_hash", "send_order"]
