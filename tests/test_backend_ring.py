@@ -50,6 +50,8 @@ def test_bench_runs_across_two_capped_daemons_and_stores_consistent_results(
         assert r["device"].startswith("ring ")  # the plan: "ring a[0,3)+b[3,4)"
         assert r["eta"] is None  # no roofline of this host explains a ring
         assert any(n.startswith("ring plan: ") for n in r["notes"]), r["notes"]
+    # a prefill-only request has no decode step over which the driver counts link bytes
+    assert any("not counted (no decode step)" in n for n in recs[f"pp{N_PROMPT}"]["notes"])
 
     conn = home_db(ring.home)
     run = conn.execute("SELECT * FROM runs ORDER BY id DESC LIMIT 1").fetchone()

@@ -221,8 +221,11 @@ def _device_text(reply: dict[str, Any]) -> str:
 
 
 def _plan_note(reply: dict[str, Any]) -> str:
+    # the driver counts a link's bytes over decode steps: a prefill-only request has none
+    none = "none (one member)" if len(reply.get("stages") or []) < 2 else \
+        "not counted (no decode step)"
     links = ", ".join(f"{x['src']}→{x['dst']} {x['bytes_per_token']:,.0f} B"
-                      for x in link_bytes(reply)) or "none (one member)"
+                      for x in link_bytes(reply)) or none
     pred = reply.get("predicted_ms_per_token")
     predicted = f"; plan predicted {pred:.2f} ms/token" if pred else ""
     return f"ring plan: {_device_text(reply).removeprefix('ring ')}; bytes/token per " \
