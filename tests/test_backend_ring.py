@@ -11,13 +11,13 @@ and the bytes per token of each link; no daemon -> one line, exit 2; no process 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import home_db
-from tests.seed_host import seed_host
 from tests.test_ring_control import CAP, MODEL, Ring, free_port, one_line_error, wait_for
 
 N_PROMPT, N_GEN = 16, 8
@@ -25,7 +25,7 @@ N_PROMPT, N_GEN = 16, 8
 
 @pytest.fixture
 def ring(tmp_path: Path) -> Iterator[Ring]:
-    seed_host(tmp_path)  # bench needs this host's roofline: seeded, not measured (10-30 s)
+    # a fresh home, no roofline: bench measures none for a ring (the members run the model)
     r = Ring(tmp_path)
     try:
         yield r
@@ -56,6 +56,8 @@ def test_bench_runs_across_two_capped_daemons_and_stores_consistent_results(
     conn = home_db(ring.home)
     run = conn.execute("SELECT * FROM runs ORDER BY id DESC LIMIT 1").fetchone()
     assert run["status"] == "complete"
+    assert not conn.execute("SELECT COUNT(*) FROM measurements WHERE kind = 'roofline'"
+                            ).fetchone()[0]
     rows = {row["test"]: row for row in conn.execute(
         "SELECT * FROM results WHERE run_id = ?", (run["id"],))}
     tg, pp = json.loads(rows[f"tg{N_GEN}"]["info"]), json.loads(rows[f"pp{N_PROMPT}"]["info"])
@@ -81,14 +83,19 @@ def test_bench_runs_across_two_capped_daemons_and_stores_consistent_results(
     assert samples == 1
 
 
-def test_no_daemon_is_one_line_exit_2(tmp_path: Path) -> None:
-    seed_host(tmp_path)
+def test_no_daemon_is_one_line_exit_2_before_any_measurement(tmp_path: Path) -> None:
+    """Even with llamacpp alongside (which wants a roofline), the ring's preflight fails
+    first: nothing measured, nothing stored."""
     r = Ring(tmp_path)
     r.env["STRATA_RING"] = f"127.0.0.1:{free_port()}"  # nothing listens there
-    line = one_line_error(r.cli("bench", MODEL, "-B", "ring", "-p", "8", "-n", "none",
-                                "-r", "1", timeout=60))
+    t0 = time.monotonic()
+    line = one_line_error(r.cli("bench", MODEL, "-B", "ring,llamacpp", "-p", "8", "-n",
+                                "none", "-r", "1", timeout=60))
     assert "strata ring serve" in line and "connection refused" in line, line
-    assert not home_db(tmp_path).execute("SELECT COUNT(*) FROM results").fetchone()[0]
+    assert time.monotonic() - t0 < 20  # a roofline measurement would take 10-30 s more
+    conn = home_db(tmp_path)
+    assert not conn.execute("SELECT COUNT(*) FROM results").fetchone()[0]
+    assert not conn.execute("SELECT COUNT(*) FROM measurements").fetchone()[0]
     r.stop()
 
 

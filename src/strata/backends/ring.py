@@ -54,6 +54,25 @@ def ring_address() -> tuple[str, int]:
     return parse_addr(os.environ.get(ENV) or f"127.0.0.1:{DEFAULT_PORT}")
 
 
+def daemon_status(addr: tuple[str, int] | None = None,
+                  timeout_s: float = STATUS_S) -> dict[str, Any]:
+    """The daemon's status reply, or one line naming `strata ring serve` (exit 2)."""
+    from strata.ring.control import PeerError, request
+
+    addr = addr or ring_address()
+    try:
+        return request(*addr, {"op": "status"}, timeout_s=timeout_s,
+                       connect_timeout_s=timeout_s)
+    except PeerError as exc:
+        raise InputError(f"-B ring: {exc}; start one with `strata ring serve` (or set "
+                         f"{ENV}=HOST:PORT to a member of a running ring)") from None
+
+
+def preflight() -> None:
+    """bench's check before the host's roofline: is a daemon there at all (a second)?"""
+    daemon_status(timeout_s=1.0)
+
+
 def model_argument(model: ResolvedModel) -> str:
     """What the members resolve: a synthetic/ollama ref as typed (each member writes or finds
     its own copy; the leader compares their hashes), a file as an absolute path (it must be
@@ -96,15 +115,8 @@ class RingBackend:
     def load(self, model: ResolvedModel, config: LoadConfig) -> None:
         """Nothing loads here: the members load their layers at the first request (not
         timed: the driver waits for every stage to be ready). This checks the daemon."""
-        from strata.ring.control import PeerError, request
-
         self.addr = ring_address()
-        try:
-            status = request(*self.addr, {"op": "status"}, timeout_s=STATUS_S,
-                             connect_timeout_s=STATUS_S)
-        except PeerError as exc:
-            raise InputError(f"-B ring: {exc}; start one with `strata ring serve` (or set "
-                             f"{ENV}=HOST:PORT to a member of a running ring)") from None
+        status = daemon_status(self.addr)
         self._members = [status["self"], *(p["member"] for p in status.get("peers", [])
                                            if p.get("state") == "live" and p.get("member"))]
         self._leader = status.get("leader")
