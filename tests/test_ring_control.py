@@ -21,6 +21,7 @@ import psutil
 import pytest
 
 from strata.ring import control
+from tests.test_output_schema import check
 
 TIMEOUT_S = 1.5  # the daemons' heartbeat timeout in these tests (pings every 0.25 s)
 STRATA = [sys.executable, "-m", "strata.cli"]
@@ -143,6 +144,11 @@ def test_peers_form_one_ring_and_a_crashed_one_leaves_it(ring: Ring) -> None:
     res = ring.cli("ring", "status", "--connect", ring.addr("c"), "--json")
     assert res.returncode == 0, res.stderr
     doc = json.loads(res.stdout)
+    check(doc, "ring.status")  # every field as docs/output.md says
+    check(doc["self"], "ring.status.member")
+    for peer in doc["peers"]:
+        check(peer, "ring.status.peers[]")
+        check(peer["member"], "ring.status.member")
     assert doc["leader"] == "a" and doc["self"]["id"] == "c"
     assert all(p["member"]["device"] == "cpu" and p["member"]["available_bytes"] > 0
                and p["rtt_ms"] is not None for p in doc["peers"])
@@ -266,6 +272,7 @@ def test_runs_equal_one_process_and_survive_a_lost_member(ring: Ring) -> None:
                    "--json")
     assert res.returncode == 0, (res.stderr, ring.log("a"))
     two = json.loads(res.stdout)
+    check(two, "ring.run")
     one = _run(ring, "solo", 8)
     assert one["world"] == 1 and two["world"] == 2 and not two["lost"], two
     assert two["tokens"] == one["tokens"] and len(one["tokens"]) == 8
