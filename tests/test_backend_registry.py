@@ -65,13 +65,15 @@ DESCRIPTOR = BackendDescriptor(
 def test_registry_reproduces_the_lists_it_replaced() -> None:
     # the literals that lived in backends/__init__, fit/backends, report/fit_table and
     # quality/scorers before the descriptors: same names, same order, same values — plus
-    # lab, which runs only when named (never part of auto/both)
+    # lab and ring, which run only when named (never part of auto/both)
     assert BACKENDS == {"llamacpp": "strata.backends.llamacpp:LlamaCppBackend",
                         "torch": "strata.backends.torch_backend:TorchBackend",
                         "lab": "strata.backends.lab:LabBackend",
-                        "openai": "strata.backends.openai:OpenAIBackend"}
+                        "openai": "strata.backends.openai:OpenAIBackend",
+                        "ring": "strata.backends.ring:RingBackend"}
     assert list(ACCEPTS.items()) == [("llamacpp", ("gguf",)), ("torch", ("hf", "gguf")),
-                                     ("lab", ("gguf",)), ("openai", ("endpoint",))]
+                                     ("lab", ("gguf",)), ("openai", ("endpoint",)),
+                                     ("ring", ("gguf",))]
     assert names(fit=True) == ("llamacpp", "torch", "lab")
     assert list(fit_rules()) == ["llamacpp", "torch", "lab"]
     assert backend_rules("llamacpp").layer_split and not backend_rules("torch").layer_split
