@@ -321,12 +321,14 @@ def _shortfall(ref: str, ctx: int, costs: LayerCosts, members: Sequence[Member])
     have = f"{who} {size(usable)} usable ({HEADROOM:g} of {size(offered)})"
     if usable < need:
         missing = need - usable
-        return (f"{ref} at --ctx {ctx} needs {size(need)} (weights {size(need - kv)} + KV "
-                f"cache {size(kv)}) but the {have}: {size(missing)} missing — add a member "
-                f"with {size(missing / HEADROOM)} free, lower --ctx, or plan a smaller "
-                "quantisation")
+        # No "smaller quantisation" advice: the stages hold float32 whatever the file stores
+        return (f"{ref} at a context of {ctx} tokens needs {size(need)} (weights "
+                f"{size(need - kv)} + KV cache {size(kv)}) but the {have}: {size(missing)} "
+                f"missing — add a member with {size(missing / HEADROOM)} free, or use a "
+                "shorter context")
     biggest = max(members, key=lambda m: m.usable_bytes)
-    return (f"{ref} at --ctx {ctx}: the {have}, enough in total, but no contiguous split fits: "
+    return (f"{ref} at a context of {ctx} tokens: the {have}, enough in total, but no "
+            "contiguous split fits: "
             f"a block needs up to {size(max(costs.mem))}, the first stage also holds the "
             f"embedding ({size(costs.embed_mem)}) and the last the head "
             f"({size(costs.head_mem)}), and the largest member ({biggest.id}) offers "
