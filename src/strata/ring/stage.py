@@ -7,7 +7,9 @@ is tied). Tensors are read one at a time through strata's bounds-checked GGUF re
 llama.cpp's Q/K row permutation; nothing else of the file is ever read, so no process holds the
 whole model. The forward pass is plain float32 PyTorch, the same maths as transformers'
 Llama/Qwen2 (rotate-half RoPE, GQA, SwiGLU, RMSNorm), written out here because a stage is a
-slice of a model that transformers cannot build.
+slice of a model that transformers cannot build. Mixture-of-experts files (qwen3moe, Mixtral)
+run through strata.ring.stage_moe: the stage holds every expert of its layers and computes
+only the routed ones.
 """
 
 from __future__ import annotations
@@ -28,7 +30,6 @@ except ImportError as exc:
     raise InputError("strata ring runs on PyTorch (torch.distributed), which is not "
                      "installed: pip install 'strata[torch]'") from exc
 
-from strata.lab.weights import refuse_experts
 from strata.models.gguf import Shard, scan_or_input_error, shards, spec_from_layout
 from strata.models.gguf_torch import (
     ARCHS,
@@ -39,6 +40,15 @@ from strata.models.gguf_torch import (
     unpermute_rows,
 )
 from strata.models.spec import OUTPUT, TOKEN_EMBD, ModelSpec
+from strata.ring.stage_moe import (
+    MOE_ARCHS,
+    MOE_BLOCK_TENSORS,
+    QK_NORM_ARCHS,
+    Routing,
+    head_norm,
+    moe_ffn,
+    routing,
+)
 
 FLOAT_BYTES = 4  # a stage computes and stores in float32
 OUTPUT_NORM = "output_norm.weight"
@@ -97,6 +107,7 @@ class Stage:
     tensors: dict[str, torch.Tensor]  # GGUF names, float32, Q/K rows unpermuted
     rope_freqs: np.ndarray | None
     device: torch.device
+    moe: Routing | None = None  # None: a dense model
     cache: KVCache | None = None
     pos: int = 0  # positions the cache holds
     _cos: torch.Tensor | None = field(default=None, repr=False)
@@ -113,14 +124,15 @@ class Stage:
         path = gguf_path(str(model_ref))
         layout, sizes = scan_or_input_error(path)
         arch = layout.kv.get("general.architecture")
-        refuse_experts(path, arch, layout.kv)
-        rule = ARCHS.get(arch) if isinstance(arch, str) else None
+        rules = {**ARCHS, **MOE_ARCHS}
+        rule = rules.get(arch) if isinstance(arch, str) else None
         if rule is None:
-            raise InputError(f"MODEL {path}: strata ring runs the {', '.join(ARCHS)} "
+            raise InputError(f"MODEL {path}: strata ring runs the {', '.join(rules)} "
                              f"architectures, not {arch}")
         files = shards(path, layout, sizes)
         spec = spec_from_layout(path, layout, [p for s in files for p in
                                                zip(s.layout.tensors, s.sizes, strict=True)])
+        moe = routing(path, spec, layout.kv)
         check_range(spec, first, last)
         if mem_cap_bytes is not None:
             check_cap(spec, first, last, ctx, mem_cap_bytes)
@@ -130,7 +142,7 @@ class Stage:
         config = llama_config(path, spec, layout.kv, rule, vocab, biases)
         dev = torch.device(device)
         return cls(str(model_ref), path, spec, rule, config, first, last,
-                   {n: t.to(dev) for n, t in tensors.items()}, rope_freqs, dev)
+                   {n: t.to(dev) for n, t in tensors.items()}, rope_freqs, dev, moe)
 
     def holds(self, model_ref: str, first: int, last: int) -> bool:
         """Is this already the stage [first, last) of `model_ref` (nothing to reload)?"""
@@ -225,6 +237,8 @@ class Stage:
         x = x + self._attention(p, local, self._norm(x, p + "attn_norm.weight"), pos)
         h = self._norm(x, p + "ffn_norm.weight")
         w = self.tensors
+        if self.moe is not None:
+            return x + moe_ffn(h, w, p, self.moe)
         return x + (F.silu(h @ w[p + "ffn_gate.weight"].T) * (h @ w[p + "ffn_up.weight"].T)
                     ) @ w[p + "ffn_down.weight"].T
 
@@ -235,6 +249,10 @@ class Stage:
         q = self._proj(h, p + "attn_q").view(t, s.n_heads, d).transpose(0, 1)
         k = self._proj(h, p + "attn_k").view(t, s.n_kv_heads, d).transpose(0, 1)
         v = self._proj(h, p + "attn_v").view(t, s.n_kv_heads, d).transpose(0, 1)
+        if s.arch in QK_NORM_ARCHS:  # qwen3moe: every head RMS-normed before RoPE
+            eps = float(self.config["rms_norm_eps"])
+            q = head_norm(q, self.tensors[p + "attn_q_norm.weight"], eps)
+            k = head_norm(k, self.tensors[p + "attn_k_norm.weight"], eps)
         cos, sin = self._cos[pos:pos + t], self._sin[pos:pos + t]
         q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
         end = pos + t
@@ -299,7 +317,8 @@ def _read_stage(path: Path, files: list[Shard], spec: ModelSpec, rule: ArchRule,
             if rule.permuted_qk and t.name.endswith(_PERMUTED):
                 heads = spec.n_heads if ".attn_q." in t.name else spec.n_kv_heads
                 values = unpermute_rows(values, heads)
-            elif t.name.startswith("blk.") and t.name.split(".", 2)[2] not in _BLOCK_TENSORS:
+            elif t.name.startswith("blk.") and t.name.split(".", 2)[2] not in (
+                    _BLOCK_TENSORS | MOE_BLOCK_TENSORS):
                 raise InputError(f"MODEL {path}: tensor {t.name!r} has no place in a "
                                  "Llama-family stage (another variant?)")
             tensors[t.name] = torch.from_numpy(np.ascontiguousarray(values))
