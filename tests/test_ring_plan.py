@@ -428,3 +428,51 @@ def test_cli_connect_plans_on_the_daemons_live_members(strata_home: Path) -> Non
     assert code == 0, text
     plan = json.loads(text)
     assert [s["member"] for s in plan["stages"]] == ["a", "b"] and plan["unused"] == []
+
+
+# -- measured per-layer times (strata.ring.layer_time) replace bandwidth x η ---------------
+DEEP_BLOCK = TINY_BLOCK + KV_BLOCK  # tiny-deep: tiny's blocks, 4 of them
+DEEP_CAP = offering(3 * DEEP_BLOCK + HEAD)  # 3 blocks and an end, never all 4
+
+
+def test_measured_layer_times_choose_the_split_over_bandwidth() -> None:
+    from strata.ring.plan_types import LayerTime
+
+    members = [member("a", DEEP_CAP, 4e9), member("b", DEEP_CAP, 1e9)]
+    by_bytes = plan_ring("synthetic:tiny-deep", members, CTX)
+    assert [(s.member, s.n_layers) for s in by_bytes.stages] == [("b", 1), ("a", 3)]
+    assert {s.time_source for s in by_bytes.stages} == {"estimated"}
+    # Timed: a 3 ms per layer, b 1 ms (depth = ctx: no KV beyond the timed one), head 0.5 ms.
+    # (a, b): n_a x 3 + (4 - n_a) x 1 + 0.5 ms, least at n_a = 1: 6.5 ms + a's embedding row
+    # at 4 GB/s; (b, a) gives 6.5 ms too but b's row at 1 GB/s: (a 1 layer, b 3 + head) wins.
+    timed = {"a": LayerTime(3e-3, 5e-4, CTX, 5), "b": LayerTime(1e-3, 5e-4, CTX, 5)}
+    plan = plan_ring("synthetic:tiny-deep", members, CTX, measured=timed)
+    assert [(s.member, s.first, s.last) for s in plan.stages] == [("a", 0, 1), ("b", 1, 4)]
+    assert [s.time_source for s in plan.stages] == ["measured", "measured"]
+    assert [s.layer_ms for s in plan.stages] == pytest.approx([3.0, 1.0])
+    row = EMBD // VOCAB
+    assert plan.stages[0].predicted_ms == pytest.approx(3.0 + row / 4e9 * 1e3)
+    assert plan.stages[1].predicted_ms == pytest.approx(3 * 1.0 + 0.5)
+    assert any(n == "stage time measured: a, b" for n in plan.notes)
+    doc = plan.to_json()["stages"]
+    assert [(s["time_source"], s["layer_ms"]) for s in doc] == [("measured", 3.0),
+                                                                ("measured", 1.0)]
+
+
+def test_a_member_without_a_timed_layer_keeps_the_estimate() -> None:
+    from strata.ring.plan_types import LayerTime
+
+    members = [member("a", DEEP_CAP, 4e9), member("b", DEEP_CAP, None)]
+    # b timed at depth 0: a token at ctx also reads each layer's whole KV cache, at b's
+    # speed (no bandwidth: the slowest measured one's, a's 4 GB/s); head not timed: its bytes.
+    timed = {"b": LayerTime(1e-6, None, 0, 5)}
+    plan = plan_ring("synthetic:tiny-deep", members, CTX, measured=timed)
+    by = {s.member: s for s in plan.stages}
+    assert by["a"].time_source == "estimated" and by["b"].time_source == "measured"
+    # a estimated: 213504 B per block at 4 GB/s = 53 µs > b's 1 µs + 65536 B / 4 GB/s = 17 µs
+    # ((b, a) with b 3 layers costs the same here: the first order, in id order, is kept)
+    assert [(s.member, s.n_layers) for s in plan.stages] == [("a", 1), ("b", 3)]
+    assert by["b"].predicted_ms == pytest.approx(
+        (3 * (1e-6 + KV_BLOCK / 4e9) + HEAD / 4e9) * 1e3)
+    assert by["a"].predicted_ms == pytest.approx((DEEP_BLOCK + EMBD // VOCAB) / 4e9 * 1e3)
+    assert any(n == "stage time estimated: a" for n in plan.notes)

@@ -7,18 +7,25 @@ Rules (issue 15):
   what its member offers;
 - as few members as the model needs (one is a valid plan: "fits on X alone: no ring needed");
 - among those, members, order and sizes that minimise the predicted time per decoded token:
-      Σ stages  bytes the stage reads per token / (member bandwidth x η)
+      Σ stages  the stage's time per token
     + Σ links   RTT / 2 + bytes / link bandwidth   (one hop each way round the ring,
                 activations forward, the logits back to the driver on the first stage)
+  A stage's time is MEASURED when its member timed one decoder layer of this model
+  (strata.ring.layer_time: one token at a small KV depth): layers x that time, + the KV
+  cache the token reads beyond the timed depth at bandwidth x η, + the head as timed (else
+  its bytes at bandwidth x η), + one embedding row at bandwidth x η (a lookup: negligible).
+  Otherwise it is ESTIMATED: bytes the stage reads per token / (member bandwidth x η).
   Bytes read per token are the roofline's (docs/architecture.md §5): every weight of the
   stage's blocks except the routed experts a token does not use (a MoE keeps all its experts
   with their layer: memory counts all, time the n_experts_used), one row of the embedding, the
   whole head, and the stage's KV cache at the full context. η is the member's own past torch
-  decode η, else fit's prior (strata.fit.predict.PRIOR_ETA): a prediction, labelled so.
+  decode η, else fit's prior (strata.fit.predict.PRIOR_ETA): a prediction, labelled so. The
+estimate was 40x off on a busy host (11 ms/token predicted, ~500 ms measured), hence the
+measured per-layer time wherever a member can give one.
 
 Search: every ordered choice of k members (k = 1, 2, ...) whose memory could hold the model,
 each split by a dynamic programme over the layer boundaries (O(k·L) with a sliding-window
-minimum, since a stage's time is linear in the bytes it reads).
+minimum, since a stage's time is a prefix-sum difference over its blocks plus its ends).
 """
 
 from __future__ import annotations
@@ -36,7 +43,7 @@ from strata.fit.predict import PRIOR_ETA
 from strata.models.spec import TOKEN_EMBD, ModelSpec, is_expert_tensor
 from strata.ring.links import Link
 from strata.ring.members import HEADROOM, Member
-from strata.ring.plan_types import LinkPlan, RingPlan, StagePlan, size
+from strata.ring.plan_types import LayerTime, LinkPlan, RingPlan, StagePlan, size
 
 RUNTIME_DTYPE = "float32"  # how the ring's stages hold weights (strata.ring.stage: float32)
 MAX_ORDERS = 20_000  # ordered member choices tried per size k (8 members, k = 4: 1680)
@@ -90,6 +97,22 @@ class LayerCosts:
         return sum(self.mem) + self.embed_mem + self.head_mem - (self.tied_copy if k == 1 else 0)
 
 
+@dataclass(frozen=True)
+class _Timing:
+    """How long one member takes per decoded token for any share of the model."""
+
+    cum: tuple[float, ...]  # seconds for blocks [0, b), b = 0..n
+    embed_s: float  # the first stage's embedding row (and small non-block tensors)
+    head_s: float  # the last stage's norm + head
+    source: str  # "measured" | "estimated"
+    predicted: bool  # False: no bandwidth and no measurement (a stand-in guides the search)
+    layer_ms: float | None  # the measured time per layer, if any
+
+    def stage_s(self, first: int, last: int, is_first: bool, is_last: bool) -> float:
+        return (self.cum[last] - self.cum[first] + (self.embed_s if is_first else 0.0)
+                + (self.head_s if is_last else 0.0))
+
+
 @dataclass
 class _Candidate:
     order: tuple[Member, ...]
@@ -100,13 +123,16 @@ class _Candidate:
 
 def plan_ring(model: str | ModelSpec, members: Sequence[Member], ctx: int, links: Links = None,
               dtype_bytes: int = 4, *, weights_dtype: str | None = RUNTIME_DTYPE,
-              kv_elem_bytes: float | None = None, return_bytes: int | None = None) -> RingPlan:
+              kv_elem_bytes: float | None = None, return_bytes: int | None = None,
+              measured: Mapping[str, LayerTime] | None = None) -> RingPlan:
     """The plan for `model` (a ref strata.models.source resolves, or a ModelSpec) on
     `members` at context `ctx`. `links`: measured links by (from id, to id) (either
     direction serves), one Link for every pair, or None (link time then not predicted).
     `dtype_bytes`: activations on the wire; `weights_dtype`: how stages hold weights (None:
     as stored); `kv_elem_bytes`: KV cache element (default dtype_bytes); `return_bytes`: what
-    the last stage sends back per token (default: vocab x dtype_bytes of logits).
+    the last stage sends back per token (default: vocab x dtype_bytes of logits);
+    `measured`: per member id, its timed decoder layer of this model (replaces the bandwidth
+    estimate of that member's stages; members absent from it keep the estimate).
     InputError when the members cannot hold the model, naming what is missing."""
     spec, ref = _spec(model)
     if ctx < 1:
@@ -123,12 +149,12 @@ def plan_ring(model: str | ModelSpec, members: Sequence[Member], ctx: int, links
     costs = LayerCosts.of(spec, ctx, kv_elem_bytes if kv_elem_bytes is not None else dtype_bytes)
     wire = spec.hidden * dtype_bytes
     back = return_bytes if return_bytes is not None else spec.vocab * dtype_bytes
-    speeds = _speeds(members)
+    timings = _timings(members, costs, ctx, measured or {})
     ordered = sorted(members, key=lambda m: m.id)  # ties resolve the same way every time
     for k in range(1, len(members) + 1):
-        best = _best_of_size(k, ordered, costs, speeds, links, wire, back)
+        best = _best_of_size(k, ordered, costs, timings, links, wire, back)
         if best is not None:
-            return _build(ref, spec, ctx, costs, best, members, speeds, links, wire, back,
+            return _build(ref, spec, ctx, costs, best, members, timings, links, wire, back,
                           weights_dtype)
     raise InputError(_shortfall(ref, ctx, costs, members))
 
@@ -158,6 +184,28 @@ def _speeds(members: Sequence[Member]) -> dict[str, float]:
     return {m.id: m.bandwidth_Bps * _eta(m) if m.bandwidth_Bps else stand_in for m in members}
 
 
+def _timings(members: Sequence[Member], costs: LayerCosts, ctx: int,
+              measured: Mapping[str, LayerTime]) -> dict[str, _Timing]:
+    speeds = _speeds(members)
+    out = {}
+    for m in members:
+        s, timed = speeds[m.id], measured.get(m.id)
+        if timed is None:
+            cum = tuple(r / s for r in itertools.accumulate(costs.read, initial=0.0))
+            out[m.id] = _Timing(cum, costs.embed_read / s, costs.head_read / s, "estimated",
+                                bool(m.bandwidth_Bps), None)
+            continue
+        # The timed token read its layer's KV cache at `depth` positions; a token at ctx
+        # reads the rest too, at this member's memory speed.
+        beyond = max(0.0, 1.0 - timed.depth / ctx)
+        per_block = [timed.layer_s + kv * beyond / s for kv in costs.kv]
+        head_s = timed.head_s if timed.head_s is not None else costs.head_read / s
+        out[m.id] = _Timing(tuple(itertools.accumulate(per_block, initial=0.0)),
+                            costs.embed_read / s, head_s, "measured", True,
+                            timed.layer_s * 1e3)
+    return out
+
+
 def link_between(links: Links, a: str, b: str) -> Link | None:
     if links is None or isinstance(links, Link):
         return links
@@ -181,8 +229,9 @@ def _links_s(order: Sequence[Member], links: Links, wire: int, back: int) -> flo
     return total
 
 
-def _best_of_size(k: int, ordered: list[Member], costs: LayerCosts, speeds: dict[str, float],
-                  links: Links, wire: int, back: int) -> _Candidate | None:
+def _best_of_size(k: int, ordered: list[Member], costs: LayerCosts,
+                  timings: dict[str, _Timing], links: Links, wire: int,
+                  back: int) -> _Candidate | None:
     if k > costs.n:
         return None  # every stage holds at least one block
     need = costs.need(k)
@@ -200,7 +249,7 @@ def _best_of_size(k: int, ordered: list[Member], costs: LayerCosts, speeds: dict
             hop_s = _links_s(order, links, wire, back)
             if best is not None and hop_s >= best.cost_s:
                 continue
-            split = _split(order, costs, speeds)
+            split = _split(order, costs, timings)
             if split is None:
                 continue
             layer_s, bounds = split
@@ -210,31 +259,31 @@ def _best_of_size(k: int, ordered: list[Member], costs: LayerCosts, speeds: dict
 
 
 def _split(order: Sequence[Member], costs: LayerCosts,
-           speeds: dict[str, float]) -> tuple[float, list[tuple[int, int]]] | None:
+           timings: dict[str, _Timing]) -> tuple[float, list[tuple[int, int]]] | None:
     """The fastest contiguous split of the blocks over `order` (each stage >= 1 block, each
     within its member's usable bytes): (layer seconds per token, [(first, last), ...])."""
     n, k = costs.n, len(order)
     mem = [0, *itertools.accumulate(costs.mem)]
-    read = [0.0, *itertools.accumulate(costs.read)]
     inf = math.inf
     f = [0.0] + [inf] * n  # f[b]: best seconds for blocks [0, b) on the stages so far
     backs: list[list[int]] = []
     for j, member in enumerate(order):
         extra_mem = (costs.embed_mem if j == 0 else 0) + (costs.head_mem if j == k - 1 else 0)
-        extra_read = (costs.embed_read if j == 0 else 0) + (costs.head_read if j == k - 1 else 0)
         if k == 1:
             extra_mem -= costs.tied_copy
         room = member.usable_bytes - extra_mem
-        s = speeds[member.id]
+        timing = timings[member.id]
+        cum = timing.cum  # this member's seconds for blocks [0, b)
+        extra_s = timing.stage_s(0, 0, j == 0, j == k - 1)  # its ends, if any
         g, arg = [inf] * (n + 1), [-1] * (n + 1)
-        window: deque[int] = deque()  # starts a, by rising f[a] - read[a] / s
+        window: deque[int] = deque()  # starts a, by rising f[a] - cum[a]
         lo = 0
         last_b = n - (k - 1 - j)  # leave a block for each later stage
         for b in range(1, last_b + 1):
             a = b - 1
             if f[a] < inf:
-                key = f[a] - read[a] / s
-                while window and f[window[-1]] - read[window[-1]] / s >= key:
+                key = f[a] - cum[a]
+                while window and f[window[-1]] - cum[window[-1]] >= key:
                     window.pop()
                 window.append(a)
             while lo < b and mem[b] - mem[lo] > room:
@@ -243,7 +292,7 @@ def _split(order: Sequence[Member], costs: LayerCosts,
                 window.popleft()
             if window and (j < k - 1 or b == n) and mem[b] - mem[window[0]] <= room:
                 a = window[0]
-                g[b] = f[a] + (read[b] - read[a] + extra_read) / s
+                g[b] = f[a] + cum[b] - cum[a] + extra_s
                 arg[b] = a
         backs.append(arg)
         f = g
@@ -257,7 +306,7 @@ def _split(order: Sequence[Member], costs: LayerCosts,
 
 
 def _build(ref: str, spec: ModelSpec, ctx: int, costs: LayerCosts, best: _Candidate,
-           members: Sequence[Member], speeds: dict[str, float], links: Links, wire: int,
+           members: Sequence[Member], timings: dict[str, _Timing], links: Links, wire: int,
            back: int, weights_dtype: str | None) -> RingPlan:
     k = len(best.order)
     stages = []
@@ -271,9 +320,13 @@ def _build(ref: str, spec: ModelSpec, ctx: int, costs: LayerCosts, best: _Candid
         if k == 1:
             weights -= costs.tied_copy
         kv = sum(costs.kv[first:last])
-        ms = read / speeds[member.id] * 1e3 if member.bandwidth_Bps else None
+        timing = timings[member.id]
+        ms = timing.stage_s(first, last, j == 0, j == k - 1) * 1e3 if timing.predicted \
+            else None
         stages.append(StagePlan(member.id, first, last, weights + kv, ms, member.device,
-                                weights, kv, member.usable_bytes, read, _eta(member)))
+                                weights, kv, member.usable_bytes, read, _eta(member),
+                                timing.source if timing.predicted else None,
+                                timing.layer_ms))
     hops = []
     for a, b, nbytes, what in _hops(best.order, wire, back):
         link = link_between(links, a, b)
@@ -296,8 +349,16 @@ def _notes(spec: ModelSpec, stages: list[StagePlan], hops: list[LinkPlan],
             "as stored in the file (--as-stored; the ring's stages hold float32)")
     notes = [f"weights {held}, KV cache at --ctx {ctx}; each share "
              f"within {HEADROOM:g} of its member's memory",
-             "time per token = Σ stage bytes read / (bandwidth x η) + Σ links (RTT/2 + bytes / "
-             f"MB/s); η: a member's past torch decode η, else the prior {PRIOR_ETA}"]
+             "time per token = Σ stages + Σ links (RTT/2 + bytes / MB/s); a stage's time is "
+             "measured (its member's timed decoder layer x layers, + the KV cache beyond the "
+             "timed depth and the embedding row at bandwidth x η) or estimated (bytes read / "
+             f"(bandwidth x η)); η: a member's past torch decode η, else the prior {PRIOR_ETA}"]
+    by_source: dict[str, list[str]] = {}
+    for s in stages:
+        if s.time_source:
+            by_source.setdefault(s.time_source, []).append(s.member)
+    for source, who in by_source.items():
+        notes.append(f"stage time {source}: {', '.join(who)}")
     if spec.is_moe:
         notes.append(f"mixture of experts: each layer's {spec.n_experts} experts stay with it "
                      f"(memory counts all); a token reads {spec.n_experts_used} per layer")

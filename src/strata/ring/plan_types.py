@@ -30,6 +30,10 @@ class StagePlan:
     usable_bytes: int  # HEADROOM x what the member offers
     read_bytes: float  # bytes one decoded token reads here
     eta: float  # η the prediction used
+    # "measured": the member's timed decoder layer x its layers (strata.ring.layer_time);
+    # "estimated": read_bytes / (bandwidth x η); None: neither is known (not predicted)
+    time_source: str | None = None
+    layer_ms: float | None = None  # the member's measured ms per decoder layer, if any
 
     @property
     def n_layers(self) -> int:
@@ -40,7 +44,34 @@ class StagePlan:
                 "last": self.last, "n_layers": self.n_layers, "memory_bytes": self.bytes,
                 "weights_bytes": self.weight_bytes, "kv_bytes": self.kv_bytes,
                 "usable_bytes": self.usable_bytes, "read_bytes": round(self.read_bytes),
-                "eta": self.eta, "predicted_ms": self.predicted_ms}
+                "eta": self.eta, "predicted_ms": self.predicted_ms,
+                "time_source": self.time_source, "layer_ms": self.layer_ms}
+
+
+@dataclass(frozen=True)
+class LayerTime:
+    """A member's measured decode time of one decoder layer of a model (one token at a small
+    KV depth) and, when timed, of the final norm + head: what replaces the bandwidth x η
+    estimate of its stages (strata.ring.layer_time measures it)."""
+
+    layer_s: float  # one decoder layer, one token, `depth` positions in its KV cache
+    head_s: float | None  # final norm + output head, one token (None: not timed)
+    depth: int  # KV positions the timed token attended to
+    reps: int  # timed repetitions (the median is kept)
+    device: str = "cpu"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"layer_s": self.layer_s, "head_s": self.head_s, "depth": self.depth,
+                "reps": self.reps, "device": self.device}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> LayerTime:
+        layer_s = float(d["layer_s"])
+        if not layer_s > 0:
+            raise ValueError(f"layer_s {layer_s!r} is not a positive time")
+        head = d.get("head_s")
+        return cls(layer_s, None if head is None else max(0.0, float(head)),
+                   int(d.get("depth", 0)), int(d.get("reps", 0)), str(d.get("device", "cpu")))
 
 
 @dataclass(frozen=True)

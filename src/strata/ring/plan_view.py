@@ -10,14 +10,21 @@ from strata.views.console import plain
 
 # -o md: the table's columns, by their record field names (docs/output.md, ring.plan.records)
 MD_FIELDS = ("member", "device", "first", "last", "memory_bytes", "usable_bytes",
-             "read_bytes", "predicted_ms", "link_dst", "link_token_bytes", "link_rtt_ms",
-             "link_bandwidth_gbs", "link_predicted_ms")
+             "read_bytes", "predicted_ms", "time_source", "link_dst", "link_token_bytes",
+             "link_rtt_ms", "link_bandwidth_gbs", "link_predicted_ms")
 
 
 def _num(value: float | None, fmt: str = "{:.2f}") -> str:
     if value is None:
         return "—"
     return f"{value:.3g}" if 0 < abs(value) < 0.1 else fmt.format(value)  # a tiny model's µs
+
+
+def _source(source: str | None, layer_ms: float | None) -> str:
+    """Where the stage's ms/token comes from: a timed layer (its ms shown) or the bytes."""
+    if source == "measured" and layer_ms is not None:
+        return f"measured ({_num(layer_ms, '{:.3f}')} ms/layer)"
+    return source or "—"
 
 
 def _layers(plan: RingPlan, i: int) -> str:
@@ -31,12 +38,12 @@ def stage_table(plan: RingPlan) -> Table:
                   title_justify="left")
     for col, justify in (("node", "left"), ("device", "left"), ("layers", "left"),
                          ("memory", "right"), ("of", "right"), ("read/token", "right"),
-                         ("ms/token", "right")):
+                         ("ms/token", "right"), ("time", "left")):
         table.add_column(col, justify=justify)  # type: ignore[arg-type]
     for i, s in enumerate(plan.stages):
         table.add_row(plain(s.member), plain(s.device), _layers(plan, i),
                       size(s.bytes), size(s.usable_bytes), size(s.read_bytes),
-                      _num(s.predicted_ms))
+                      _num(s.predicted_ms), _source(s.time_source, s.layer_ms))
     return table
 
 
