@@ -7,11 +7,15 @@ Prints, for the `tiny` preset (or --preset):
   2. per op, forward and backward times of the lab's custom op vs the torch twin at the
      preset's shapes (which ops win, which lose);
   3. with --kernel-bench: `strata kernels bench` of the six training ops against torch
-     eager at their training shapes (the lab's own harness: cold cache, re-checks).
+     eager at their training shapes (the lab's own harness: cold cache, re-checks);
+  4. with --matmul: the lab's `matmul` (verified first) against torch.matmul at the model's
+     projection shapes, forward (X W) and the two backward products (dY W^T, X^T dY) — the
+     projections stay nn.Linear in both ops sets, and this says whether a lab matmul would win.
 
 Usage:  .venv/bin/python benchmarks/train_speed.py [--preset tiny] [--rounds 3]
-        [--steps 10] [--threads N] [--kernel-bench]
-Uses a temporary STRATA_HOME (the kernels are verified there first), never the user's DB.
+        [--steps 10] [--threads N] [--kernel-bench] [--matmul] [--home DIR]
+Uses a temporary STRATA_HOME (the kernels are verified there first), never the user's DB;
+--home DIR reuses one (e.g. a `strata train` run's: its roofline and verdicts, no re-measuring).
 """
 
 from __future__ import annotations
@@ -39,6 +43,8 @@ def _args() -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     p.add_argument("--kernel-bench", action="store_true")
+    p.add_argument("--matmul", action="store_true")
+    p.add_argument("--home", type=Path, help="STRATA_HOME to use (default: a new temporary one)")
     return p.parse_args()
 
 
@@ -107,9 +113,47 @@ def op_times(cfg, lab, twin, batch: int, reps: int = 20) -> list[tuple[str, floa
     return rows
 
 
+def matmul_times(cfg, batch: int, conn, reps: int = 10) -> list[tuple[str, float, float]]:
+    """(product, lab s, torch s): medians of `reps` calls on contiguous operands (a transposed
+    operand is materialised before timing, for both)."""
+    import torch
+
+    from strata.commands.kernels import session
+    from strata.kernels import Choice
+    from strata.kernels.dispatch import resolve
+    from strata.kernels.ensure import ensure_verified
+    from strata.kernels.spec import get_spec
+
+    s = session(conn=conn)
+    ensure_verified(s.conn, s.fingerprint, s.caps, ["matmul"], "cpu", lambda m: None)
+    choice = Choice(resolve("matmul", "cpu", s.conn, s.fingerprint, s.caps), get_spec("matmul"))
+    m, h, kv = batch * cfg.ctx, cfg.hidden, cfg.n_kv_heads * cfg.head_dim
+    weights = {"q/o proj": (h, h), "k/v proj": (h, kv), "gate/up": (h, cfg.ffn),
+               "down": (cfg.ffn, h), "head": (h, cfg.vocab)}
+    g = torch.Generator().manual_seed(2)
+    rows = []
+    for name, (k, n) in weights.items():
+        for label, (a_shape, b_shape) in {"X W": ((m, k), (k, n)), "dY W^T": ((m, n), (n, k)),
+                                          "X^T dY": ((k, m), (m, n))}.items():
+            a, b = torch.randn(*a_shape, generator=g), torch.randn(*b_shape, generator=g)
+            out = torch.empty(a_shape[0], b_shape[1])
+            lab, ref = [], []
+            for _ in range(reps):
+                t0 = time.perf_counter()
+                choice.run_packed(out, a, b)
+                t1 = time.perf_counter()
+                torch.matmul(a, b)
+                ref.append(time.perf_counter() - t1)
+                lab.append(t1 - t0)
+            rows.append((f"{name} {label} {a_shape[0]}x{a_shape[1]}x{b_shape[1]}",
+                         statistics.median(lab), statistics.median(ref)))
+    print(f"   lab matmul implementation: {choice.decision.chosen}")
+    return rows
+
+
 def main() -> None:
     args = _args()
-    home = Path(tempfile.mkdtemp(prefix="strata-train-speed-"))
+    home = args.home or Path(tempfile.mkdtemp(prefix="strata-train-speed-"))
     os.environ["STRATA_HOME"] = str(home)
     import torch
 
@@ -152,6 +196,12 @@ def main() -> None:
     for op, lf, lb, tf, tb in op_times(cfg, lab, TorchOps(), preset.batch):
         print(f"   {op:14s} {lf * 1e3:7.2f} {lb * 1e3:7.2f} | {tf * 1e3:7.2f} {tb * 1e3:7.2f} |"
               f" {(tf + tb) / (lf + lb):5.2f}x")
+    if args.matmul:
+        print("\n4. matmul at the projection shapes, median of 10 (ms): lab | torch | lab/torch "
+              "speed")
+        for name, lab_s, torch_s in matmul_times(cfg, preset.batch, conn):
+            print(f"   {name:32s} {lab_s * 1e3:7.2f} | {torch_s * 1e3:7.2f} | "
+                  f"{torch_s / lab_s:5.2f}x")
     if args.kernel_bench:
         print("\n3. strata kernels bench (the lab's harness, cold cache, vs torch eager):")
         for op in TRAINING_OPS:
