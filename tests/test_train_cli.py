@@ -75,6 +75,8 @@ def test_a_whole_run_is_stored_exported_and_drawn(home: Path, corpus: Path,
                    "--out", str(out), home=home)
     assert proc.returncode == 0, proc.stderr
     assert "validation loss" in proc.stdout and "bits per byte" in proc.stdout
+    sample = [ln for ln in proc.stdout.splitlines() if ln.startswith("sample: ")]
+    assert len(sample) == 1 and sample[0][9:].startswith("The "), sample  # greedy, from "The "
     # stderr is a pipe here: plain progress lines instead of the live bar, a tenth apart
     progress = [ln for ln in proc.stderr.splitlines() if ln.startswith("step ") and "tok/s" in ln]
     assert [ln.split(":")[0] for ln in progress] == [f"step {n}/12" for n in range(1, 13)]
