@@ -43,6 +43,7 @@ from strata.fit.predict import PRIOR_ETA
 from strata.models.spec import TOKEN_EMBD, ModelSpec, is_expert_tensor
 from strata.ring.links import Link
 from strata.ring.members import HEADROOM, Member
+from strata.ring.plan_time import SAME_SPEED, Timing, eta, timings_of
 from strata.ring.plan_types import LayerTime, LinkPlan, RingPlan, StagePlan, size
 
 RUNTIME_DTYPE = "float32"  # how the ring's stages hold weights (strata.ring.stage: float32)
@@ -97,22 +98,6 @@ class LayerCosts:
         return sum(self.mem) + self.embed_mem + self.head_mem - (self.tied_copy if k == 1 else 0)
 
 
-@dataclass(frozen=True)
-class _Timing:
-    """How long one member takes per decoded token for any share of the model."""
-
-    cum: tuple[float, ...]  # seconds for blocks [0, b), b = 0..n
-    embed_s: float  # the first stage's embedding row (and small non-block tensors)
-    head_s: float  # the last stage's norm + head
-    source: str  # "measured" | "estimated"
-    predicted: bool  # False: no bandwidth and no measurement (a stand-in guides the search)
-    layer_ms: float | None  # the measured time per layer, if any
-
-    def stage_s(self, first: int, last: int, is_first: bool, is_last: bool) -> float:
-        return (self.cum[last] - self.cum[first] + (self.embed_s if is_first else 0.0)
-                + (self.head_s if is_last else 0.0))
-
-
 @dataclass
 class _Candidate:
     order: tuple[Member, ...]
@@ -149,7 +134,7 @@ def plan_ring(model: str | ModelSpec, members: Sequence[Member], ctx: int, links
     costs = LayerCosts.of(spec, ctx, kv_elem_bytes if kv_elem_bytes is not None else dtype_bytes)
     wire = spec.hidden * dtype_bytes
     back = return_bytes if return_bytes is not None else spec.vocab * dtype_bytes
-    timings = _timings(members, costs, ctx, measured or {})
+    timings = timings_of(members, costs, ctx, measured or {})
     ordered = sorted(members, key=lambda m: m.id)  # ties resolve the same way every time
     for k in range(1, len(members) + 1):
         best = _best_of_size(k, ordered, costs, timings, links, wire, back)
@@ -169,41 +154,6 @@ def _spec(model: str | ModelSpec) -> tuple[ModelSpec, str]:
         raise InputError(f"MODEL {model}: an endpoint has no layers to split (give a .gguf "
                          "file, a Hugging Face directory or synthetic:<preset>)")
     return spec, model
-
-
-def _eta(m: Member) -> float:
-    return m.decode_eta if m.decode_eta is not None else PRIOR_ETA
-
-
-def _speeds(members: Sequence[Member]) -> dict[str, float]:
-    """Effective bytes/s of each member (bandwidth x η). A member with no measured bandwidth
-    is searched as if it were no faster than the slowest measured one (its time is then not
-    predicted; the plan says so); with none measured, all alike."""
-    known = [m.bandwidth_Bps * _eta(m) for m in members if m.bandwidth_Bps]
-    stand_in = min(known) if known else 1.0
-    return {m.id: m.bandwidth_Bps * _eta(m) if m.bandwidth_Bps else stand_in for m in members}
-
-
-def _timings(members: Sequence[Member], costs: LayerCosts, ctx: int,
-              measured: Mapping[str, LayerTime]) -> dict[str, _Timing]:
-    speeds = _speeds(members)
-    out = {}
-    for m in members:
-        s, timed = speeds[m.id], measured.get(m.id)
-        if timed is None:
-            cum = tuple(r / s for r in itertools.accumulate(costs.read, initial=0.0))
-            out[m.id] = _Timing(cum, costs.embed_read / s, costs.head_read / s, "estimated",
-                                bool(m.bandwidth_Bps), None)
-            continue
-        # The timed token read its layer's KV cache at `depth` positions; a token at ctx
-        # reads the rest too, at this member's memory speed.
-        beyond = max(0.0, 1.0 - timed.depth / ctx)
-        per_block = [timed.layer_s + kv * beyond / s for kv in costs.kv]
-        head_s = timed.head_s if timed.head_s is not None else costs.head_read / s
-        out[m.id] = _Timing(tuple(itertools.accumulate(per_block, initial=0.0)),
-                            costs.embed_read / s, head_s, "measured", True,
-                            timed.layer_s * 1e3)
-    return out
 
 
 def link_between(links: Links, a: str, b: str) -> Link | None:
@@ -230,7 +180,7 @@ def _links_s(order: Sequence[Member], links: Links, wire: int, back: int) -> flo
 
 
 def _best_of_size(k: int, ordered: list[Member], costs: LayerCosts,
-                  timings: dict[str, _Timing], links: Links, wire: int,
+                  timings: dict[str, Timing], links: Links, wire: int,
                   back: int) -> _Candidate | None:
     if k > costs.n:
         return None  # every stage holds at least one block
@@ -259,7 +209,7 @@ def _best_of_size(k: int, ordered: list[Member], costs: LayerCosts,
 
 
 def _split(order: Sequence[Member], costs: LayerCosts,
-           timings: dict[str, _Timing]) -> tuple[float, list[tuple[int, int]]] | None:
+           timings: dict[str, Timing]) -> tuple[float, list[tuple[int, int]]] | None:
     """The fastest contiguous split of the blocks over `order` (each stage >= 1 block, each
     within its member's usable bytes): (layer seconds per token, [(first, last), ...])."""
     n, k = costs.n, len(order)
@@ -306,7 +256,7 @@ def _split(order: Sequence[Member], costs: LayerCosts,
 
 
 def _build(ref: str, spec: ModelSpec, ctx: int, costs: LayerCosts, best: _Candidate,
-           members: Sequence[Member], timings: dict[str, _Timing], links: Links, wire: int,
+           members: Sequence[Member], timings: dict[str, Timing], links: Links, wire: int,
            back: int, weights_dtype: str | None) -> RingPlan:
     k = len(best.order)
     stages = []
@@ -324,7 +274,7 @@ def _build(ref: str, spec: ModelSpec, ctx: int, costs: LayerCosts, best: _Candid
         ms = timing.stage_s(first, last, j == 0, j == k - 1) * 1e3 if timing.predicted \
             else None
         stages.append(StagePlan(member.id, first, last, weights + kv, ms, member.device,
-                                weights, kv, member.usable_bytes, read, _eta(member),
+                                weights, kv, member.usable_bytes, read, eta(member),
                                 timing.source if timing.predicted else None,
                                 timing.layer_ms))
     hops = []
@@ -358,7 +308,9 @@ def _notes(spec: ModelSpec, stages: list[StagePlan], hops: list[LinkPlan],
         if s.time_source:
             by_source.setdefault(s.time_source, []).append(s.member)
     for source, who in by_source.items():
-        notes.append(f"stage time {source}: {', '.join(who)}")
+        notes.append(f"stage time {source}: {', '.join(who)}" + (
+            f" (one decoder layer timed on each; times within {SAME_SPEED:.0%} count as one "
+            "speed)" if source == "measured" else ""))
     if spec.is_moe:
         notes.append(f"mixture of experts: each layer's {spec.n_experts} experts stay with it "
                      f"(memory counts all); a token reads {spec.n_experts_used} per layer")
