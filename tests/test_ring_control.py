@@ -308,3 +308,23 @@ def test_runs_equal_one_process_and_survive_a_lost_member(ring: Ring) -> None:
     line = one_line_error(ring.cli("ring", "run", MODEL, "-p", PROMPT, "-n", "30", "--seed",
                                    "5", "--temp", "1", "--connect", ring.addr("a")))
     assert "after losing c:" in line and "missing" in line, line
+
+
+def test_members_time_a_layer_and_the_plan_uses_it(ring: Ring) -> None:
+    """`time_layer`: a member's decode time of one tiny-deep layer (loaded alone through
+    strata.ring.stage); `ring plan --connect` asks every live member for theirs."""
+    ring.start("a", "--mem-cap", CAP, wait=False)
+    ring.start("b", "--mem-cap", CAP, "--peers", ring.addr("a"), wait=False)
+    ring.ready("a", "b")
+    wait_for(lambda: ring.live("a") == {"b"}, 10, "b never joined")
+    timed = control.request("127.0.0.1", ring.ports["b"], {"op": "time_layer",
+                                                           "model": MODEL}, timeout_s=60)
+    assert 0 < timed["layer_s"] < 1 and timed["head_s"] >= 0 and timed["depth"] == 16, timed
+    assert timed["reps"] >= 5 and len(timed["model_hash"]) == 16
+
+    res = ring.cli("ring", "plan", MODEL, "--connect", ring.addr("a"), "-c", "64", "--json")
+    assert res.returncode == 0, (res.stderr, ring.log("a"))
+    plan = json.loads(res.stdout)
+    assert {s["member"] for s in plan["stages"]} == {"a", "b"}
+    assert all(s["time_source"] == "measured" and s["layer_ms"] > 0 for s in plan["stages"])
+    assert any(n.startswith("stage time measured: ") for n in plan["notes"]), plan["notes"]

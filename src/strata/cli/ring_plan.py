@@ -21,6 +21,7 @@ from strata.errors import InputError
 from strata.fit.plan import DEFAULT_CTX
 from strata.ring.links import Link
 from strata.ring.members import GiB, Member
+from strata.ring.plan_types import LayerTime
 
 MEMBERS = "Members"
 
@@ -87,8 +88,15 @@ def plan(
 
         members = [capped(m, int(mem_cap * GiB)) for m in members]
     links = _all_links(members, measured, given)
+    times, missing, why = _daemon_times(connect, model) if connect is not None else \
+        ({}, {}, "")
     result = plan_ring(model, members, DEFAULT_CTX if ctx is None else ctx, links,
-                       weights_dtype=None if as_stored else "float32")
+                       weights_dtype=None if as_stored else "float32", measured=times)
+    if connect is not None:
+        from strata.ring.layer_time import estimate_notes
+
+        result.notes += estimate_notes(times, missing, [s.member for s in result.stages],
+                                       why)
     emit(out, chosen, result.records(), document=result.to_json(), md_columns=MD_FIELDS,
          table=lambda: print_plan(result, out))
 
@@ -137,6 +145,25 @@ def _read_json(path: Path) -> object:
         raise InputError(f"--members {path}: {exc.strerror or exc}") from None
     except json.JSONDecodeError as exc:
         raise InputError(f"--members {path}: not JSON ({exc})") from None
+
+
+def _daemon_times(connect: str, model: str) -> tuple[dict[str, LayerTime], dict[str, str],
+                                                    str]:
+    """Every live member's timed decoder layer of `model`, gathered by the daemon (each
+    member times its own, in parallel); a daemon that cannot (an older one) leaves every
+    member on the bandwidth x η estimate, and the notes say why."""
+    from strata.ring.control import PeerError, parse_addr, request
+    from strata.ring.layer_time import GATHER_TIMEOUT_S
+
+    try:
+        with err.status("timing a decoder layer on each member…"):
+            reply = request(*parse_addr(connect), {"op": "layer_times", "model": model},
+                            timeout_s=GATHER_TIMEOUT_S + 5.0, connect_timeout_s=5.0)
+        times = {str(k): LayerTime.from_dict(v) for k, v in dict(reply["times"]).items()}
+        missing = {str(k): str(v) for k, v in dict(reply.get("missing") or {}).items()}
+        return times, missing, "no layer time"
+    except (PeerError, KeyError, ValueError, TypeError) as exc:
+        return {}, {}, f"no layer times from --connect {connect} ({exc})"
 
 
 def _daemon_status(connect: str) -> object:

@@ -80,8 +80,12 @@ def _plan(node: Any, model: str, ctx: int, lost: set[str]) -> Any:
                               if p.member and p.id not in lost)]
     members = [m for m in members if m.id not in lost]
     links = _links(node, members)
+    # Each member's timed layer of this model (asked once per model, in parallel); one that
+    # cannot answer keeps the bandwidth x η estimate, and the plan's notes say so
+    timer = getattr(node, "layer_timer", None)
+    times, missing = timer.gather(model, members) if timer is not None else ({}, {})
     try:
-        plan = plan_ring(model, members, ctx, links)
+        plan = plan_ring(model, members, ctx, links, measured=times)
     except InputError as exc:
         if not lost:
             raise
@@ -90,12 +94,16 @@ def _plan(node: Any, model: str, ctx: int, lost: set[str]) -> Any:
     ids = {m.id for m in members}
     if last and set(last) <= ids and set(last) != {s.member for s in plan.stages}:
         try:
-            kept = plan_ring(model, [m for m in members if m.id in last], ctx, links)
+            kept = plan_ring(model, [m for m in members if m.id in last], ctx, links,
+                             measured=times)
         except InputError:
             kept = None  # the old members cannot hold this request's context: move
         if kept is not None and _gain(kept, plan) <= REPLAN_GAIN:
             plan = kept
     node.last_plans[model] = [s.member for s in plan.stages]
+    from strata.ring.layer_time import estimate_notes
+
+    plan.notes += estimate_notes(times, missing, node.last_plans[model])
     return plan
 
 
@@ -129,13 +137,13 @@ def _release(node: Any, formed: dict[str, Any] | None) -> None:
     if not formed:
         return
     rank0 = formed["layout"][0][0]
-    addr = _reach(node).get(rank0)
+    addr = reach_of(node).get(rank0)
     if addr is not None:
         with contextlib.suppress(PeerError):
             send_order(addr, {"op": "release", "epoch": formed["epoch"]}, ORDER_TIMEOUT_S)
 
 
-def _reach(node: Any) -> dict[str, tuple[str, int]]:
+def reach_of(node: Any) -> dict[str, tuple[str, int]]:
     """Where this node's control links reach each live member (itself on loopback when it
     listens everywhere)."""
     own = "127.0.0.1" if node.config.host in ("", "0.0.0.0") else node.config.host
@@ -153,7 +161,7 @@ def _assign_and_drive(node: Any, plan: Any, epoch: int, model: str, digest: str,
              **{p.id: p.member for p in node.live() if p.id}}
     # Orders go where this node's link reaches each member; the rendezvous is announced at
     # rank 0's advertised host, the address every other member must reach.
-    reach = _reach(node)
+    reach = reach_of(node)
     stages = plan.stages
     assignments = [[rank, s.first, s.last] for rank, s in enumerate(stages)]
     order = {"op": "assign", "epoch": epoch, "world": len(stages), "model": model,

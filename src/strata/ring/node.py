@@ -92,6 +92,9 @@ class Node:
         from strata.ring import fleet  # `strata fleet bench` asks members to bench
 
         self.handlers.update(fleet.handlers(self))
+        from strata.ring import layer_time  # `time_layer`: the plan's measured stage times
+
+        self.handlers.update(layer_time.handlers(self))
 
     # --- life cycle -------------------------------------------------------------------
     def start(self, sock: socket.socket | None = None) -> None:

@@ -1,0 +1,165 @@
+"""A member's measured decode time of one decoder layer of a model: what the plan uses
+instead of bytes / (bandwidth x η), which was 40x off on a busy host.
+
+`time_layer(model)` loads ONE middle decoder layer through strata.ring.stage (a stage that is
+neither first nor last takes float32 activations and returns them: no embedding, no head),
+fills its KV cache to DEPTH positions untimed, then times a one-token forward at that depth
+(strata.measure.timer: warm-up, repetitions, the median). The head is timed the same way
+on the last stage (last layer + final norm + head) minus the layer time. A fraction of a
+second for a small model; the daemon keeps the answer per model hash.
+
+Daemon ops (strata.ring.node registers `handlers(node)`):
+- `time_layer` {model} -> {model_hash, layer_s, head_s, depth, reps, device}: this member's.
+- `layer_times` {model} -> {times: {id: LayerTime dict}, missing: {id: reason}}: every live
+  member's, asked in parallel (what `strata ring plan --connect` uses).
+The leader calls `gather` before it plans a model it has not timed on a member yet.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from strata.measure.timer import TimingPolicy
+from strata.ring.control import Channel, Handler, Message, PeerError
+from strata.ring.plan_types import LayerTime
+
+DEPTH = 16  # KV positions before the timed token: decode, not an empty-cache toy
+GATHER_TIMEOUT_S = 30.0  # a member may first write a synthetic model or read a layer
+# A fraction of a second in all: a short warm-up, then the median of 5 to 25 tokens
+TIMING = TimingPolicy(warmup_s=0.02, min_reps=5, max_reps=25, max_time_s=0.25)
+
+
+def time_layer(model_ref: str, device: str = "cpu") -> LayerTime:
+    """This host's decode time of one middle layer (and of the head) of `model_ref`."""
+    from strata.models.source import resolve
+
+    spec = resolve(model_ref).spec
+    n = spec.n_layers if spec is not None else 0
+    if n < 1:
+        raise ValueError(f"{model_ref}: no decoder layers to time")
+    # A middle layer when there is one (n >= 3); else layer 0, whose embedding lookup of one
+    # row is negligible beside the layer. With one layer the head is inside the time.
+    i = n // 2 if n >= 3 else 0
+    layer_s, reps = _time_stage(model_ref, i, i + 1, device)
+    head_s = None
+    if i + 1 < n:  # the last stage: its layer + norm + head; the head is the difference
+        last_s, _ = _time_stage(model_ref, n - 1, n, device)
+        head_s = max(0.0, last_s - layer_s)
+    return LayerTime(layer_s, head_s, DEPTH, reps, device)
+
+
+def _time_stage(model_ref: str, first: int, last: int, device: str) -> tuple[float, int]:
+    """Median seconds of a one-token forward of stage [first, last) at depth DEPTH."""
+    import torch
+
+    from strata.measure.timer import HostClock, time_calls
+    from strata.ring.stage import Stage
+
+    stage = Stage.load(model_ref, first, last, device=device)
+    stage.reset(DEPTH + 1)
+    gen = torch.Generator().manual_seed(0)
+
+    def tokens(t: int) -> torch.Tensor:
+        if stage.is_first:
+            return torch.randint(0, stage.vocab, (t,), generator=gen)
+        return torch.randn(t, stage.spec.hidden, generator=gen)
+
+    stage.forward(tokens(DEPTH), 0)  # the context the timed token attends to (untimed)
+    one = tokens(1)
+    # The same slot every call: each repetition decodes one token at depth DEPTH exactly
+    sync = torch.cuda.synchronize if stage.device.type == "cuda" else (lambda: None)
+    summary = time_calls(lambda: stage.forward(one, DEPTH, last_only=True),
+                         TIMING, HostClock(sync))
+    return summary.median, summary.n
+
+
+@dataclass
+class LayerTimer:
+    """A daemon's timings: its own per model hash, and (as leader) what members answered."""
+
+    node: Any  # strata.ring.node.Node
+    own: dict[str, LayerTime] = field(default_factory=dict)  # by model hash
+    known: dict[tuple[str, str], LayerTime | str] = field(default_factory=dict)  # (model, id)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def handlers(self) -> dict[str, Handler]:
+        return {"time_layer": self.time_layer, "layer_times": self.layer_times}
+
+    def time_layer(self, msg: Message, chan: Channel) -> Message:
+        model = str(msg["model"])
+        digest = self.node.stages._hash(model)  # the same file, the same time: key by it
+        with self.lock:  # one timing at a time: two at once would time each other
+            if digest not in self.own:
+                self.own[digest] = time_layer(model, self.node.config.device)
+            timed = self.own[digest]
+        return {"model_hash": digest, **timed.to_dict()}
+
+    def layer_times(self, msg: Message, chan: Channel) -> Message:
+        from strata.ring.members import Member
+
+        node = self.node
+        members = [node.member, *(Member.from_dict(p.member) for p in node.live() if p.member)]
+        times, missing = self.gather(str(msg["model"]), members)
+        return {"times": {k: v.to_dict() for k, v in times.items()}, "missing": missing}
+
+    def gather(self, model: str, members: list[Any]) -> tuple[dict[str, LayerTime],
+                                                               dict[str, str]]:
+        """Each member's timed layer of `model`, asked in parallel of those not asked yet;
+        a member that fails or is silent past GATHER_TIMEOUT_S keeps the bandwidth
+        estimate (its reason is kept, and it is not asked again for this model)."""
+        from strata.ring.leader import reach_of
+
+        reach = reach_of(self.node)
+        ask = [m for m in members if (model, m.id) not in self.known and m.id in reach]
+        answers: dict[str, LayerTime | str] = {}
+
+        def one_host(member_ids: list[str]) -> None:
+            from strata.ring.runner import send_order
+
+            for member_id in member_ids:
+                try:
+                    reply = send_order(reach[member_id], {"op": "time_layer", "model": model},
+                                       GATHER_TIMEOUT_S)
+                    answers[member_id] = LayerTime.from_dict(reply)
+                except (PeerError, KeyError, ValueError, TypeError) as exc:
+                    answers[member_id] = f"no layer time ({exc})"
+
+        # Hosts side by side, but one member at a time on each host: two members of one
+        # machine timing at once would each time the other's load, not their own speed
+        by_host: dict[str, list[str]] = {}
+        for m in ask:
+            by_host.setdefault(reach[m.id][0], []).append(m.id)
+        threads = [threading.Thread(target=one_host, args=(ids,), daemon=True,
+                                    name=f"ring-time {host}") for host, ids in by_host.items()]
+        for t in threads:
+            t.start()
+        deadline = time.monotonic() + GATHER_TIMEOUT_S  # one for all: they run side by side
+        for t in threads:
+            t.join(timeout=max(0.0, deadline - time.monotonic()))
+        for m in ask:
+            self.known[(model, m.id)] = answers.get(
+                m.id, f"no layer time within {GATHER_TIMEOUT_S:g} s")
+        times, missing = {}, {}
+        for m in members:
+            got = self.known.get((model, m.id), "not reachable from the leader")
+            if isinstance(got, LayerTime):
+                times[m.id] = got
+            else:
+                missing[m.id] = got
+        return times, missing
+
+
+def handlers(node: Any) -> dict[str, Handler]:
+    """The ops of `node`'s LayerTimer (kept on the node as `node.layer_timer`)."""
+    node.layer_timer = LayerTimer(node)
+    return node.layer_timer.handlers()
+
+
+def estimate_notes(times: dict[str, LayerTime], missing: dict[str, str], planned: list[str],
+                   otherwise: str = "no layer time") -> list[str]:
+    """A plan note per planned member that kept the bandwidth x η estimate, and why."""
+    return [f"{mid}: bandwidth x η estimate, {missing.get(mid, otherwise)}"
+            for mid in planned if mid not in times]
