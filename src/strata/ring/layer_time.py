@@ -12,7 +12,8 @@ Daemon ops (strata.ring.node registers `handlers(node)`):
 - `time_layer` {model} -> {model_hash, layer_s, head_s, depth, reps, device}: this member's.
 - `layer_times` {model} -> {times: {id: LayerTime dict}, missing: {id: reason}}: every live
   member's, asked in parallel (what `strata ring plan --connect` uses).
-The leader calls `gather` before it plans a model it has not timed on a member yet.
+The leader calls `gather` before it plans a model it has not timed on a machine yet (one
+member per machine and device times: members there share its cores).
 """
 
 from __future__ import annotations
@@ -82,7 +83,8 @@ class LayerTimer:
 
     node: Any  # strata.ring.node.Node
     own: dict[str, LayerTime] = field(default_factory=dict)  # by model hash
-    known: dict[tuple[str, str], LayerTime | str] = field(default_factory=dict)  # (model, id)
+    # (model, host, device) -> that machine's time, or why there is none
+    known: dict[tuple[str, str, str], LayerTime | str] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def handlers(self) -> dict[str, Handler]:
@@ -107,48 +109,52 @@ class LayerTimer:
 
     def gather(self, model: str, members: list[Any]) -> tuple[dict[str, LayerTime],
                                                                dict[str, str]]:
-        """Each member's timed layer of `model`, asked in parallel of those not asked yet;
-        a member that fails or is silent past GATHER_TIMEOUT_S keeps the bandwidth
-        estimate (its reason is kept, and it is not asked again for this model)."""
+        """Each member's timed layer of `model`. One member per machine and device is asked
+        (members there share its cores and memory: their timings would differ only by the
+        load of the moment, and a plan must not reorder them over that); machines in
+        parallel, not again for this model. A machine that fails or is silent past
+        GATHER_TIMEOUT_S keeps the bandwidth x η estimate, with the reason."""
         from strata.ring.leader import reach_of
 
         reach = reach_of(self.node)
-        ask = [m for m in members if (model, m.id) not in self.known and m.id in reach]
-        answers: dict[str, LayerTime | str] = {}
+        machine = {m.id: (reach[m.id][0], str(m.device)) for m in members if m.id in reach}
+        ask: dict[tuple[str, str], str] = {}  # machine -> the member (lowest id) that times
+        for mid, key in sorted(machine.items()):
+            if (model, *key) not in self.known:
+                ask.setdefault(key, mid)
+        answers: dict[tuple[str, str], LayerTime | str] = {}
 
-        def one_host(member_ids: list[str]) -> None:
+        def one_host(keys: list[tuple[str, str]]) -> None:
             from strata.ring.runner import send_order
 
-            for member_id in member_ids:
+            for key in keys:  # one at a time on a host: two would time each other's load
                 try:
-                    reply = send_order(reach[member_id], {"op": "time_layer", "model": model},
+                    reply = send_order(reach[ask[key]], {"op": "time_layer", "model": model},
                                        GATHER_TIMEOUT_S)
-                    answers[member_id] = LayerTime.from_dict(reply)
+                    answers[key] = LayerTime.from_dict(reply)
                 except (PeerError, KeyError, ValueError, TypeError) as exc:
-                    answers[member_id] = f"no layer time ({exc})"
+                    answers[key] = f"no layer time from {ask[key]} ({exc})"
 
-        # Hosts side by side, but one member at a time on each host: two members of one
-        # machine timing at once would each time the other's load, not their own speed
-        by_host: dict[str, list[str]] = {}
-        for m in ask:
-            by_host.setdefault(reach[m.id][0], []).append(m.id)
-        threads = [threading.Thread(target=one_host, args=(ids,), daemon=True,
-                                    name=f"ring-time {host}") for host, ids in by_host.items()]
+        by_host: dict[str, list[tuple[str, str]]] = {}
+        for key in ask:
+            by_host.setdefault(key[0], []).append(key)
+        threads = [threading.Thread(target=one_host, args=(keys,), daemon=True,
+                                    name=f"ring-time {host}") for host, keys in by_host.items()]
         for t in threads:
             t.start()
         deadline = time.monotonic() + GATHER_TIMEOUT_S  # one for all: they run side by side
         for t in threads:
             t.join(timeout=max(0.0, deadline - time.monotonic()))
-        for m in ask:
-            self.known[(model, m.id)] = answers.get(
-                m.id, f"no layer time within {GATHER_TIMEOUT_S:g} s")
+        for key, mid in ask.items():
+            self.known[(model, *key)] = answers.get(
+                key, f"no layer time from {mid} within {GATHER_TIMEOUT_S:g} s")
         times, missing = {}, {}
         for m in members:
-            got = self.known.get((model, m.id), "not reachable from the leader")
+            got = self.known.get((model, *machine[m.id]), "") if m.id in machine else ""
             if isinstance(got, LayerTime):
                 times[m.id] = got
             else:
-                missing[m.id] = got
+                missing[m.id] = got or "not reachable from the leader"
         return times, missing
 
 
