@@ -31,7 +31,8 @@ MEMBERS = "Members"
 def plan(
     model: Annotated[str, typer.Argument(
         metavar="MODEL", help="file.gguf, a Hugging Face dir or synthetic:<preset>@<quant>. "
-        "Only its metadata is read: nothing is loaded or written.")],
+        "Only its metadata is read here (with --connect, each member loads one layer to "
+        "time it).")],
     node: Annotated[list[str] | None, typer.Option(
         "--node", metavar="NAME:GIB[:GB/S]", rich_help_panel=MEMBERS,
         help="An emulated member: GiB of memory and, optionally, GB/s of memory "
@@ -42,7 +43,8 @@ def plan(
         "\"links\" in it are used too.", show_default=False)] = None,
     connect: Annotated[str | None, typer.Option(
         "--connect", metavar="HOST:PORT", rich_help_panel=MEMBERS,
-        help="Plan on the live members of the ring this daemon belongs to.",
+        help="Plan on the live members of the ring this daemon belongs to, with each "
+        "one's measured time per layer of MODEL.",
         show_default=False)] = None,
     mem_cap: Annotated[float | None, typer.Option(
         "--mem-cap", metavar="GIB", rich_help_panel=MEMBERS,
@@ -67,8 +69,10 @@ def plan(
     Each member's share (its layers' weights, their KV cache at --ctx, the embedding on the
     first and the head on the last) fits in 0.9 of its memory; the plan uses as few
     members as the model needs, choosing order and sizes for the least predicted time per
-    token: bytes each member reads per token ÷ its bandwidth x η, plus each link's
-    RTT/2 + bytes ÷ MB/s. Members: --connect, --members, --node, else this host alone.
+    token: each member's layers x its measured time per layer (with --connect: every member
+    times one layer of MODEL), else bytes it reads per token ÷ its bandwidth x η, plus each
+    link's RTT/2 + bytes ÷ MB/s. Members: --connect, --members, --node, else this host
+    alone.
 
     [bold]Examples[/bold]
       strata ring plan synthetic:llama-3.1-8b@q4_0 --node a:16:60 --node b:8:20
