@@ -328,3 +328,53 @@ def test_members_time_a_layer_and_the_plan_uses_it(ring: Ring) -> None:
     assert {s["member"] for s in plan["stages"]} == {"a", "b"}
     assert all(s["time_source"] == "measured" and s["layer_ms"] > 0 for s in plan["stages"])
     assert any(n.startswith("stage time measured: ") for n in plan["notes"]), plan["notes"]
+
+
+def test_a_member_that_cannot_time_keeps_the_estimate(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The leader's gather: a refusal and a silent member leave those two on bandwidth x η
+    (with the reason, in the plan's notes); the one that answers is measured. Fake daemons
+    on three loopback addresses (three machines to the gather), so this runs in a second."""
+    import threading
+    from types import SimpleNamespace
+
+    from strata.errors import InputError
+    from strata.ring import layer_time
+    from strata.ring.members import Member
+    from strata.ring.plan import plan_ring
+
+    monkeypatch.setattr(layer_time, "GATHER_TIMEOUT_S", 0.5)
+    hang = threading.Event()
+
+    def refuse(_msg: Any, _chan: Any) -> Any:
+        raise InputError("cannot load it here")
+
+    def silent(_msg: Any, _chan: Any) -> Any:
+        hang.wait(5)
+        return {}
+
+    answers = {"layer_s": 1e-6, "head_s": 1e-7, "depth": 16, "reps": 5}  # a: the fastest
+    servers = {mid: control.Server(host, 0, {"time_layer": fn})
+               for mid, host, fn in (("a", "127.0.0.1", lambda _m, _c: dict(answers)),
+                                     ("b", "127.0.0.2", refuse), ("c", "127.0.0.3", silent))}
+    for s in servers.values():
+        s.serve_in_thread()
+    members = [Member(id=mid, host=s.host, port=s.port, device="cpu",
+                      available_bytes=2**30, mem_cap_bytes=700_000, bandwidth_Bps=1e9,
+                      flops=None, strata_version="t", epoch=0) for mid, s in servers.items()]
+    node = SimpleNamespace(member=members[0], config=SimpleNamespace(host="127.0.0.1",
+                                                                     port=servers["a"].port),
+                           live=lambda: [SimpleNamespace(id=m.id, addr=(m.host, m.port))
+                                         for m in members[1:]])
+    try:
+        times, missing = layer_time.LayerTimer(node).gather(MODEL, members)
+    finally:
+        hang.set()
+        for s in servers.values():
+            s.stop()
+    assert set(times) == {"a"} and times["a"].layer_s == 1e-6
+    assert "cannot load it here" in missing["b"] and "within 0.5 s" in missing["c"], missing
+    plan = plan_ring(MODEL, members, 64, measured=times)
+    plan.notes += layer_time.estimate_notes(times, missing, [s.member for s in plan.stages])
+    sources = {s.member: s.time_source for s in plan.stages}
+    assert sources.get("a") == "measured" and "estimated" in sources.values(), sources
+    assert any("bandwidth x η estimate" in n for n in plan.notes), plan.notes
