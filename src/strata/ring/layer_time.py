@@ -4,9 +4,9 @@ instead of bytes / (bandwidth x η), which was 40x off on a busy host.
 `time_layer(model)` loads ONE middle decoder layer through strata.ring.stage (a stage that is
 neither first nor last takes float32 activations and returns them: no embedding, no head),
 fills its KV cache to DEPTH positions untimed, then times a one-token forward at that depth
-(strata.measure.timer: warm-up, repetitions, the median). The head is timed the same way
-on the last stage (last layer + final norm + head) minus the layer time. A fraction of a
-second for a small model; the daemon keeps the answer per model hash.
+(strata.measure.timer: warm-up, repetitions of a ~20 ms batch of such tokens, the median).
+The head is timed the same way on the last stage (last layer + final norm + head) minus the
+layer time. A fraction of a second for a small model; the daemon keeps it per model hash.
 
 Daemon ops (strata.ring.node registers `handlers(node)`):
 - `time_layer` {model} -> {model_hash, layer_s, head_s, depth, reps, device}: this member's.
@@ -18,6 +18,7 @@ member per machine and device times: members there share its cores).
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from dataclasses import dataclass, field
@@ -29,6 +30,8 @@ from strata.ring.plan_types import LayerTime
 
 DEPTH = 16  # KV positions before the timed token: decode, not an empty-cache toy
 GATHER_TIMEOUT_S = 30.0  # a member may first write a synthetic model or read a layer
+BATCH_S = 0.02  # seconds of decoding per timed repetition
+MAX_BATCH = 64
 # A fraction of a second in all: a short warm-up, then the median of 5 to 25 tokens
 TIMING = TimingPolicy(warmup_s=0.02, min_reps=5, max_reps=25, max_time_s=0.25)
 
@@ -70,11 +73,20 @@ def _time_stage(model_ref: str, first: int, last: int, device: str) -> tuple[flo
 
     stage.forward(tokens(DEPTH), 0)  # the context the timed token attends to (untimed)
     one = tokens(1)
-    # The same slot every call: each repetition decodes one token at depth DEPTH exactly
     sync = torch.cuda.synchronize if stage.device.type == "cuda" else (lambda: None)
-    summary = time_calls(lambda: stage.forward(one, DEPTH, last_only=True),
-                         TIMING, HostClock(sync))
-    return summary.median, summary.n
+    clock = HostClock(sync)
+
+    def decode() -> None:  # the same slot every call: one token at depth DEPTH exactly
+        stage.forward(one, DEPTH, last_only=True)
+
+    decode()
+    # A repetition decodes `batch` tokens (~BATCH_S): on a busy host one short call is
+    # either unhindered (1 ms) or preempted (10-40 ms), so the median of single calls
+    # says whichever was likelier that moment; a batch averages preemption in, as a
+    # stage's forward over many layers does.
+    batch = max(1, min(MAX_BATCH, math.ceil(BATCH_S / max(clock.measure(decode), 1e-6))))
+    summary = time_calls(lambda: [decode() for _ in range(batch)], TIMING, clock)
+    return summary.median / batch, summary.n * batch
 
 
 @dataclass
