@@ -309,7 +309,7 @@ def _notes(spec: ModelSpec, stages: list[StagePlan], hops: list[LinkPlan],
             by_source.setdefault(s.time_source, []).append(s.member)
     for source, who in by_source.items():
         notes.append(f"stage time {source}: {', '.join(who)}" + (
-            f" (one decoder layer timed on each; times within {SAME_SPEED:.0%} count as one "
+            f" (a decoder layer timed on its machine; times within {SAME_SPEED:.0%} count as one "
             "speed)" if source == "measured" else ""))
     if spec.is_moe:
         notes.append(f"mixture of experts: each layer's {spec.n_experts} experts stay with it "
