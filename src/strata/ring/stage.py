@@ -7,9 +7,11 @@ is tied). Tensors are read one at a time through strata's bounds-checked GGUF re
 llama.cpp's Q/K row permutation; nothing else of the file is ever read, so no process holds the
 whole model. The forward pass is plain float32 PyTorch, the same maths as transformers'
 Llama/Qwen2 (rotate-half RoPE, GQA, SwiGLU, RMSNorm), written out here because a stage is a
-slice of a model that transformers cannot build. Mixture-of-experts files (qwen3moe, Mixtral)
-run through strata.ring.stage_moe: the stage holds every expert of its layers and computes
-only the routed ones.
+slice of a model that transformers cannot build. A Hugging Face folder (config.json +
+safetensors) loads through strata.ring.stage_hf, which reads only the stage's tensors and
+leaves their rows as stored (HF checkpoints are not Q/K-permuted). Mixture-of-experts files
+(qwen3moe, Mixtral) run through strata.ring.stage_moe: the stage holds every expert of its
+layers and computes only the routed ones.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from strata.models.gguf_torch import (
     unpermute_rows,
 )
 from strata.models.spec import OUTPUT, TOKEN_EMBD, ModelSpec
+from strata.ring.stage_hf import hf_folder, load_hf, read_stage_hf
 from strata.ring.stage_moe import (
     MOE_ARCHS,
     MOE_BLOCK_TENSORS,
@@ -121,6 +124,10 @@ class Stage:
         """Read only the tensors of layers [first, last) (+ embedding / norm and head at the
         ends); InputError when the file cannot run here or the share exceeds `mem_cap_bytes`
         (weights + a KV cache of `ctx` positions), before any tensor is read."""
+        folder = hf_folder(str(model_ref))
+        if folder is not None:  # a Hugging Face directory: safetensors, rows as stored
+            return cls._load_hf(str(model_ref), folder, first, last, device, mem_cap_bytes,
+                                ctx)
         path = gguf_path(str(model_ref))
         layout, sizes = scan_or_input_error(path)
         arch = layout.kv.get("general.architecture")
@@ -143,6 +150,18 @@ class Stage:
         dev = torch.device(device)
         return cls(str(model_ref), path, spec, rule, config, first, last,
                    {n: t.to(dev) for n, t in tensors.items()}, rope_freqs, dev, moe)
+
+    @classmethod
+    def _load_hf(cls, ref: str, folder: Path, first: int, last: int, device: str,
+                 mem_cap_bytes: int | None, ctx: int) -> Stage:
+        spec, rule, config = load_hf(folder)
+        check_range(spec, first, last)
+        if mem_cap_bytes is not None:
+            check_cap(spec, first, last, ctx, mem_cap_bytes)
+        dev = torch.device(device)
+        tensors = {n: torch.from_numpy(np.ascontiguousarray(v)).to(dev)
+                   for n, v in read_stage_hf(folder, spec, first, last).items()}
+        return cls(ref, folder, spec, rule, config, first, last, tensors, None, dev)
 
     def holds(self, model_ref: str, first: int, last: int) -> bool:
         """Is this already the stage [first, last) of `model_ref` (nothing to reload)?"""
