@@ -21,7 +21,8 @@ class Ops(Protocol):
     """The model's hot ops. Shapes: rmsnorm x [..., C], w [C]; silu_mul a, b [..., F];
     rope x [B, T, H, D] with cos/sin [T, D/2] (rotate-half pairs (i, i + D/2));
     attention causal, q [B, H, T, D], k/v [B, Hkv, T, D] -> [B, H, T, D];
-    cross_entropy logits [N, V], targets int64 [N] -> mean loss (a 0-d tensor)."""
+    cross_entropy logits [N, V], targets int64 [N] -> mean loss (a 0-d tensor);
+    linear x [..., K], weight [N, K] -> x·Wᵀ [..., N] (every projection and the head)."""
 
     def rmsnorm(self, x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor: ...
 
@@ -33,6 +34,21 @@ class Ops(Protocol):
                   scale: float) -> torch.Tensor: ...
 
     def cross_entropy(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor: ...
+
+    def linear(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor: ...
+
+
+class Linear(nn.Linear):
+    """nn.Linear without bias whose matmul goes through the ops (the lab's matmul where
+    dispatch picks one): same parameter name and layout, so state dicts and the export are
+    untouched."""
+
+    def __init__(self, n_in: int, n_out: int, ops: Ops) -> None:
+        super().__init__(n_in, n_out, bias=False)
+        self.ops = ops
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.ops.linear(x, self.weight)
 
 
 class RMSNorm(nn.Module):
@@ -50,10 +66,10 @@ class Attention(nn.Module):
     def __init__(self, cfg: ModelConfig, ops: Ops) -> None:
         super().__init__()
         d, kv = cfg.head_dim, cfg.n_kv_heads * cfg.head_dim
-        self.q_proj = nn.Linear(cfg.hidden, cfg.hidden, bias=False)
-        self.k_proj = nn.Linear(cfg.hidden, kv, bias=False)
-        self.v_proj = nn.Linear(cfg.hidden, kv, bias=False)
-        self.o_proj = nn.Linear(cfg.hidden, cfg.hidden, bias=False)
+        self.q_proj = Linear(cfg.hidden, cfg.hidden, ops)
+        self.k_proj = Linear(cfg.hidden, kv, ops)
+        self.v_proj = Linear(cfg.hidden, kv, ops)
+        self.o_proj = Linear(cfg.hidden, cfg.hidden, ops)
         self.n_heads, self.n_kv_heads, self.head_dim = cfg.n_heads, cfg.n_kv_heads, d
         self.ops = ops
 
@@ -71,9 +87,9 @@ class Attention(nn.Module):
 class MLP(nn.Module):
     def __init__(self, cfg: ModelConfig, ops: Ops) -> None:
         super().__init__()
-        self.gate_proj = nn.Linear(cfg.hidden, cfg.ffn, bias=False)
-        self.up_proj = nn.Linear(cfg.hidden, cfg.ffn, bias=False)
-        self.down_proj = nn.Linear(cfg.ffn, cfg.hidden, bias=False)
+        self.gate_proj = Linear(cfg.hidden, cfg.ffn, ops)
+        self.up_proj = Linear(cfg.hidden, cfg.ffn, ops)
+        self.down_proj = Linear(cfg.ffn, cfg.hidden, ops)
         self.ops = ops
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -118,7 +134,7 @@ class Llama(nn.Module):
         self.cfg = cfg
         self.ops = ops
         self.model = Backbone(cfg, ops)
-        self.lm_head = nn.Linear(cfg.hidden, cfg.vocab, bias=False)
+        self.lm_head = Linear(cfg.hidden, cfg.vocab, ops)
         if cfg.tied:
             self.lm_head.weight = self.model.embed_tokens.weight
         cos, sin = rope_tables(cfg)

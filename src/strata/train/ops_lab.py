@@ -11,6 +11,9 @@ Layouts: the lab's ops take one sequence (attention q [H,T,D]) or rows ([R,C]); 
 batch is folded in — rows = B*T; attention heads = B*H (query head b*H+h reads kv head
 b*Hkv + h//(H/Hkv), exactly the lab's GQA rule on the folded index); rope positions = B*T
 with cos/sin repeated per batch element.
+
+The projections (x·Wᵀ) run on the lab's matmul only where dispatch picks one from what this
+host already verified and benchmarked (LabOps.linear); else on torch, as nn.Linear would.
 """
 
 from __future__ import annotations
@@ -324,6 +327,51 @@ def _ce_backward(ctx: Any, dloss: torch.Tensor, _ddlogits: Any) -> tuple[Any, ..
 cross_entropy.register_autograd(_ce_backward, setup_context=_ce_setup)
 
 
+# -- linear: the projections' matmul ----------------------------------------------------------
+# Only when dispatch picks a lab matmul (LabOps.linear): the lab's op is out[M,N] = a[M,K] @
+# b[K,N] on contiguous operands, so Wᵀ, dyᵀ are laid out contiguously per call (a copy of a
+# weight-sized matrix, small next to the matmul itself).
+
+@torch.library.custom_op("strata::linear", mutates_args=())
+def linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """y = x·Wᵀ: x [..., K], w [N, K] -> [..., N]."""
+    a, n = _rows(x), w.shape[0]
+    y = LAB.run("matmul", a.shape[0] * n, a, w.t().contiguous())
+    return y.view(*x.shape[:-1], n)
+
+
+@linear.register_fake
+def _(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    return x.new_empty((*x.shape[:-1], w.shape[0]))
+
+
+def _linear_setup(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
+    ctx.save_for_backward(*inputs)
+
+
+@torch.library.custom_op("strata::linear_backward", mutates_args=())
+def linear_backward(x: torch.Tensor, w: torch.Tensor,
+                    dy: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(dx = dy·W, dW = dyᵀ·x), both on the same lab matmul; two buffers, so no aliasing."""
+    a, g = _rows(x), _rows(dy)
+    dx = LAB.run("matmul", a.numel(), g, w.contiguous())
+    dw = LAB.run("matmul", w.numel(), g.t().contiguous(), a)
+    return dx.view(x.shape), dw.view(w.shape)
+
+
+@linear_backward.register_fake
+def _(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    return _fake(x), _fake(w)
+
+
+def _linear_backward(ctx: Any, dy: torch.Tensor) -> tuple[Any, ...]:
+    x, w = ctx.saved_tensors
+    return linear_backward(x, w, dy)
+
+
+linear.register_autograd(_linear_backward, setup_context=_linear_setup)
+
+
 # -- the Ops the model calls -------------------------------------------------------------------
 
 class LabOps:
@@ -344,9 +392,16 @@ class LabOps:
         s = session(conn=conn)
         ensure_verified(s.conn, s.fingerprint, s.caps, needed_ops(), device, say,
                         " for training")
+        # matmul is resolved from what this host already verified and benchmarked, never
+        # verified here: ensure_verified would sandbox-verify its built-ins on a fresh home,
+        # and dispatch then picks a verified, unbenchmarked built-in at unknown speed, while
+        # on CPUs torch's matmul is the faster one at the projection shapes
+        # (benchmarks/train_speed.py --matmul). Nothing verified: dispatch's fallback
+        # decision is the record, and torch serves the projections.
         LAB.choices = {op: Choice(resolve(op, device, s.conn, s.fingerprint, s.caps),
-                                  get_spec(op)) for op in needed_ops()}
+                                  get_spec(op)) for op in (*needed_ops(), MATMUL)}
         self.decisions = {op: c.decision for op, c in LAB.choices.items()}
+        self.lab_matmul = self.decisions[MATMUL].impl is not None
 
     @staticmethod
     def rmsnorm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
@@ -369,14 +424,32 @@ class LabOps:
     def cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         return cross_entropy(_float32(logits), targets)[0].mean()
 
-    def served(self) -> dict[str, dict[str, Any]]:
-        """op -> {implementation, outcome, why}: what the run record stores."""
+    def linear(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        """The projections: the lab's matmul where dispatch chose one, else torch's, exactly
+        what nn.Linear (no bias) computes."""
+        if self.lab_matmul:
+            return linear(_float32(x), w)
+        return torch.nn.functional.linear(x, w)
+
+    def served(self, every_decision: bool = False) -> dict[str, dict[str, Any]]:
+        """op -> {implementation, outcome, why}: what the run record stores — each hot op's
+        dispatch decision, and matmul's when a lab kernel serves the projections.
+        `every_decision` adds matmul's where dispatch kept torch too (impl "torch.eager", with
+        dispatch's outcome and reason); the default leaves it out so that the record's ops
+        stay the ones the lab's kernels can serve."""
         out = {}
         for op, d in self.decisions.items():
+            if op == MATMUL and not (self.lab_matmul or every_decision):
+                continue
             chosen = next((t.reason for t in d.trace if t.verdict in ("chosen", "fallback")),
                           "")
             out[op] = {"impl": d.chosen, "outcome": d.outcome, "why": chosen}
         return out
+
+
+# The projections' op: dispatched like the others but not in needed_ops(), which LabOps
+# verifies on first use (see LabOps.__init__).
+MATMUL = "matmul"
 
 
 def needed_ops() -> list[str]:

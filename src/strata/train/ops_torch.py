@@ -48,3 +48,8 @@ class TorchOps:
     def cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """Mean loss over rows: logits [N, V] (computed in float32), targets int64 [N]."""
         return F.cross_entropy(logits.float(), targets)
+
+    @staticmethod
+    def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        """x [..., K] · weight [N, K]ᵀ: nn.Linear without bias, exactly."""
+        return F.linear(x, weight)
