@@ -93,11 +93,14 @@ def test_a_whole_run_is_stored_exported_and_drawn(home: Path, corpus: Path,
     assert row["tokens_per_s"] > 0 and 0 < row["mfu"] < 1
     assert row["kernels"] == "lab"  # the default on the CPU in float32
     ops = json.loads(row["ops"])  # the lab's dispatched kernels, verified first, each op
+    matmul = ops.pop("matmul")  # the projections: dispatch's decision, recorded too
     assert set(ops) == {"rmsnorm", "rmsnorm_backward", "silu_mul", "silu_mul_backward",
                         "rope", "rope_backward", "attention_lse", "attention_backward",
                         "cross_entropy_fused"}
     assert all(v["outcome"] == "kernel" and v["impl"].startswith("c.")
                for v in ops.values()), ops
+    # nothing verified for matmul in a fresh home: torch serves it, and the record says why
+    assert matmul["impl"] == "torch.eager" and matmul["outcome"] == "fallback", matmul
     assert json.loads(row["outputs"])["gguf"] == str(gguf)
     kinds = conn.execute("SELECT kind, COUNT(*) n FROM train_points WHERE run_id = ? "
                          "GROUP BY kind", (run["id"],)).fetchall()

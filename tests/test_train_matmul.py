@@ -123,10 +123,9 @@ def test_without_a_winning_lab_matmul_torch_serves_the_projections(
     assert not lab.lab_matmul
     from strata.kernels.registry import EAGER
 
-    assert lab.served(every_decision=True)[ops_lab.MATMUL] == {"impl": EAGER,
-                                                               "outcome": outcome, "why": why}
-    # the run record's ops stay the hot ops' (tests/test_train_cli.py's set)
-    assert set(lab.served()) == set(ops_lab.needed_ops())
+    assert lab.served()[ops_lab.MATMUL] == {"impl": EAGER, "outcome": outcome, "why": why}
+    # the run record: the hot ops' decisions and matmul's (tests/test_train_cli.py's set)
+    assert set(lab.served()) == {*ops_lab.needed_ops(), ops_lab.MATMUL}
     counter = _count_matmul(monkeypatch)
     (_, lt, loss_t), (_, lo, loss_o), _ = _step0(lab)
     assert counter.calls == 0  # nn.Linear's own F.linear

@@ -31,6 +31,14 @@ DATA, HARDWARE, RUN = "Model and data", "Hardware", "Run"
 _FROM_CHECKPOINT = ("preset", "data", "batch", "accum", "seed", "out", "kernels", "dtype")
 
 
+def _matmul(served: dict[str, Any] | None) -> str:
+    """The projections' line: dispatch's choice for matmul (torch unless a lab kernel wins)."""
+    if not served:
+        return ""
+    why = f": {served['why']}" if served.get("why") else ""
+    return f"; matmul {served['impl']} ({served.get('outcome', '?')}{why})"
+
+
 def _duration(seconds: float) -> str:
     s = round(seconds)
     return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
@@ -145,10 +153,11 @@ def _print_result(r: Any) -> None:
         mfu = (f", MFU {100 * r.mfu:.2f}% of the {r.peak_basis}" if r.mfu is not None
                else f", MFU unknown ({r.peak_basis})")
         lines.append(f"{r.tokens_per_s:,.0f} tokens/s{mfu}")
-    impls = sorted({v['impl'] for v in r.ops.values()})
+    hot = {op: v for op, v in r.ops.items() if op != "matmul"}
+    impls = sorted({v['impl'] for v in hot.values()})
     lines.append("ops: " + (f"all {impls[0]}" if len(impls) == 1 else ", ".join(
         f"{op} {v['impl']}" + (f" ({v['outcome']})" if v.get("outcome") else "")
-        for op, v in r.ops.items())))
+        for op, v in hot.items())) + _matmul(r.ops.get("matmul")))
     if r.sample is not None:
         lines.append(f"sample: {r.sample!r}")
     lines.append(f"folder: {r.folder}")

@@ -431,16 +431,12 @@ class LabOps:
             return linear(_float32(x), w)
         return torch.nn.functional.linear(x, w)
 
-    def served(self, every_decision: bool = False) -> dict[str, dict[str, Any]]:
+    def served(self) -> dict[str, dict[str, Any]]:
         """op -> {implementation, outcome, why}: what the run record stores — each hot op's
-        dispatch decision, and matmul's when a lab kernel serves the projections.
-        `every_decision` adds matmul's where dispatch kept torch too (impl "torch.eager", with
-        dispatch's outcome and reason); the default leaves it out so that the record's ops
-        stay the ones the lab's kernels can serve."""
+        dispatch decision, and matmul's (the projections): a lab kernel when dispatch chose
+        one, else "torch.eager" with dispatch's outcome and reason."""
         out = {}
         for op, d in self.decisions.items():
-            if op == MATMUL and not (self.lab_matmul or every_decision):
-                continue
             chosen = next((t.reason for t in d.trace if t.verdict in ("chosen", "fallback")),
                           "")
             out[op] = {"impl": d.chosen, "outcome": d.outcome, "why": chosen}
