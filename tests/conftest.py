@@ -6,7 +6,9 @@ import os
 import sqlite3
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -62,3 +64,22 @@ def kernel_session(strata_home: Path):  # -> strata.commands.kernels.Session
 
     strata_home.mkdir(parents=True, exist_ok=True)
     return session(conn=open_db(strata_home / "strata.db"))
+
+
+def local_ring(workers: int = 3) -> Iterator[Any]:
+    """Body of a module-scoped fixture: `workers` ring worker processes on loopback
+    (strata.ring.runtime_local.LocalRing) for the whole module; afterwards none may be left."""
+    import time
+
+    import psutil
+
+    from strata.ring.runtime_local import LocalRing
+
+    ring = LocalRing(workers).start()
+    try:
+        yield ring
+    finally:
+        t0 = time.perf_counter()
+        killed = ring.close()
+        print(f"\nworkers closed in {time.perf_counter() - t0:.1f} s, killed: {killed}")
+        assert not any(psutil.pid_exists(pid) for pid in ring.pids())

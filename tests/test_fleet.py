@@ -15,8 +15,7 @@ import shutil
 import socket
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,25 +26,10 @@ from strata.ring import control
 from tests.conftest import home_db
 from tests.seed_host import seed_host
 from tests.test_output_schema import check
+from tests.test_ring_control import free_port, wait_for
 
 STRATA = [sys.executable, "-m", "strata.cli"]
 BENCH = ["synthetic:tiny", "-B", "llamacpp", "-p", "16", "-n", "4", "-r", "1"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_for(cond: Callable[[], Any], timeout_s: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = cond()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(what)
 
 
 class Fleet:

@@ -28,6 +28,7 @@ from strata.models.hf import DTYPE_BYTES  # noqa: E402
 from strata.ring.pipeline import choose, even_split  # noqa: E402
 from strata.ring.runtime_local import LocalRing, free_port  # noqa: E402
 from strata.ring.stage import Stage, stage_bytes  # noqa: E402
+from tests.conftest import local_ring  # noqa: E402
 
 PROMPT = [1, 17, 300, 42, 7, 511, 100, 3]
 N_PREDICT = 9  # the prefill's token + 8 decode steps
@@ -76,14 +77,7 @@ def _reference(folder: Path, prompt: list[int], n: int) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def ring() -> Iterator[LocalRing]:
     """Three worker processes for the whole module; none left afterwards."""
-    import psutil
-
-    local = LocalRing(3).start()
-    try:
-        yield local
-    finally:
-        local.close()
-        assert not any(psutil.pid_exists(pid) for pid in local.pids())
+    yield from local_ring(3)
 
 
 @pytest.fixture(scope="module")

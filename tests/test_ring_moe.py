@@ -37,6 +37,7 @@ from strata.ring import stage_moe  # noqa: E402
 from strata.ring.pipeline import even_split  # noqa: E402
 from strata.ring.runtime_local import LocalRing, free_port  # noqa: E402
 from strata.ring.stage import Stage, stage_bytes  # noqa: E402
+from tests.conftest import local_ring  # noqa: E402
 from tests.test_gguf_torch import quiet_stderr  # noqa: E402
 
 PROMPT = [1, 17, 300, 42, 7, 511, 100, 3]
@@ -105,11 +106,8 @@ def one_stage(path: Path, prompt: list[int], tokens: list[int]) -> dict[str, Any
 
 @pytest.fixture(scope="module")
 def ring() -> Iterator[LocalRing]:
-    local = LocalRing(3).start()
-    try:
-        yield local
-    finally:
-        local.close()
+    """Three worker processes for the whole module; none left afterwards."""
+    yield from local_ring(3)
 
 
 @pytest.fixture(scope="module")

@@ -26,6 +26,7 @@ from strata.models.gguf import read_spec  # noqa: E402
 from strata.ring.pipeline import check_fit, choose, even_split  # noqa: E402
 from strata.ring.runtime_local import LocalRing, free_port  # noqa: E402
 from strata.ring.stage import Stage, stage_bytes  # noqa: E402
+from tests.conftest import local_ring  # noqa: E402
 
 PROMPT = [1, 17, 300, 42, 7, 511, 100, 3]
 N_PREDICT = 33  # the prefill's token + 32 decode steps
@@ -77,18 +78,9 @@ def models(ring: LocalRing, tmp_path_factory: pytest.TempPathFactory
 
 @pytest.fixture(scope="module")
 def ring() -> Iterator[LocalRing]:
-    """Three worker processes for the whole module; afterwards none may be left."""
-    import psutil
-
-    local = LocalRing(3).start()
-    try:
-        yield local
-    finally:
-        t0 = time.perf_counter()
-        killed = local.close()
-        print(f"\nworkers closed in {time.perf_counter() - t0:.1f} s, killed: {killed}")
-        assert not any(psutil.pid_exists(pid) for pid in local.pids())
-        assert _children() == set()
+    """Three worker processes for the whole module; none left afterwards."""
+    yield from local_ring(3)
+    assert _children() == set()
 
 
 def _children() -> set[int]:
