@@ -29,12 +29,11 @@ CHEATS = {
     "cached_output.c": {checks.INPUT_INDEPENDENT},
     "first_seed_only.c": {checks.WRONG_RESULT},
     "writes_inputs.c": {checks.MODIFIED_INPUTS},
-    "patches_timer.py": {checks.PATCHED_TIMER},
     # finished within the guard's grace period or still running: a race, both are right
     "background_thread.py": {checks.ASYNC_WRITE, checks.LEFT_THREAD},
     "calls_torch.py": {checks.CALLS_TORCH},
 }
-PYTHON_CHEATS = [name for name in CHEATS if name.endswith(".py")]
+PYTHON_CHEATS = [*(name for name in CHEATS if name.endswith(".py")), "patches_timer.py"]
 
 
 def _external(name: str) -> Implementation:
@@ -50,6 +49,14 @@ def test_runtime_checks_reject_each_cheat(name: str, kernel_session: Session) ->
     verdict = _verify(kernel_session, _external(name), static=False)
     assert verdict.status == "fail", verdict.to_dict()
     assert verdict.reason in CHEATS[name], verdict.to_dict()
+
+
+def test_a_patched_clock_in_the_worker_changes_nothing(kernel_session: Session) -> None:
+    """The judge times calls with its own clock in its own process: a kernel that slows the
+    worker's clock tenfold (and computes right) is verified as what it is, and its benchmark
+    figure is the judge's (not ten times faster than the same kernel unpatched)."""
+    verdict = _verify(kernel_session, _external("patches_timer.py"), static=False)
+    assert verdict.status == "pass", verdict.to_dict()
 
 
 def test_zeros_kernel_is_rejected_as_constant_output(kernel_session: Session) -> None:

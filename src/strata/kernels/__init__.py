@@ -27,6 +27,7 @@ class Choice:
     spec: KernelSpec
     _kernel: Any = None
     _checked: bool = False
+    caps: Any = None  # HostCaps, to build a confined kernel (None: this host's, probed)
 
     @property
     def is_fallback(self) -> bool:
@@ -43,6 +44,40 @@ class Choice:
             raise InputError(f"{self.spec.name}: pass {', '.join(missing)}=")
         return merged
 
+    @property
+    def confined(self) -> bool:
+        """True when the chosen kernel runs in its own confined worker: an external kernel
+        the user has not promoted with `strata kernels trust` (docs/architecture.md §7)."""
+        impl = self.decision.impl
+        if impl is None:
+            return False
+        flag = getattr(self.decision, "confined", None)
+        return bool(flag) if flag is not None else impl.origin == "external"
+
+    def _load(self) -> Any:
+        """The chosen kernel: built-ins and trusted kernels in this process, untrusted ones
+        in a confined worker (their code never runs here)."""
+        if self._kernel is None:
+            impl = self.decision.impl
+            if self.confined:
+                from strata.kernels.confined import ConfinedKernel
+
+                self._kernel = ConfinedKernel(_ready(impl, self.caps), self.spec,
+                                               self.decision.device)
+            else:
+                from strata.kernels.dialects import get_dialect
+
+                self._kernel = get_dialect(impl.dialect).load(impl, self.spec,
+                                                              self.decision.device)
+        return self._kernel
+
+    def _run(self, out: Any, inputs: tuple[Any, ...], merged: dict[str, Any]) -> None:
+        kernel = self._load()
+        if self.confined:
+            kernel.call(out, list(inputs), merged)
+        else:
+            kernel.bind(out, list(inputs), merged)()
+
     def __call__(self, out: Any, *inputs: Any, **params: Any) -> Any:
         """Compute the op into `out`. Every tensor must be contiguous, on the decision's
         device, of the kinds and ranks the op takes (docs/kernels-abi.md) and, for a chosen
@@ -56,12 +91,7 @@ class Choice:
                    self.decision.device)
         if impl is None:  # vendor path or fallback: the torch op, written into `out`
             return out.copy_(self.spec.vendor()(*inputs, **merged))
-        if self._kernel is None:
-            from strata.kernels.dialects import get_dialect
-
-            self._kernel = get_dialect(impl.dialect).load(impl, self.spec,
-                                                          self.decision.device)
-        self._kernel.bind(out, list(inputs), merged)()
+        self._run(out, inputs, merged)
         return out
 
     def run_packed(self, out: Any, *inputs: Any, **params: Any) -> Any:
@@ -78,20 +108,16 @@ class Choice:
             self._checked = True
         if impl is None:
             return out.copy_(self.spec.vendor()(*inputs, **merged).reshape(out.shape))
-        if self._kernel is None:
-            from strata.kernels.dialects import get_dialect
-
-            self._kernel = get_dialect(impl.dialect).load(impl, self.spec,
-                                                          self.decision.device)
-        self._kernel.bind(out, list(inputs), merged)()
+        self._run(out, inputs, merged)
         return out
-
 
     def bound(self, out: Any, *inputs: Any, **params: Any) -> Callable[[], Any]:
         """A call with everything prepared: the contract is checked now, the kernel loaded
         and bound to these tensors, so each later call is just the kernel on whatever the
         tensors then hold (a decode step reuses one set of buffers per token). The thunk
-        keeps the tensors alive; do not resize or replace them."""
+        keeps the tensors alive; do not resize or replace them. For a confined kernel the
+        tensors' storages move to shared memory (once, in place) and each call is one round
+        trip to its worker."""
         from strata.kernels.contract import check_call
 
         merged = self._params(params)
@@ -101,12 +127,27 @@ class Choice:
         if impl is None:
             vendor = self.spec.vendor()
             return lambda: out.copy_(vendor(*inputs, **merged).reshape(out.shape))
-        if self._kernel is None:
-            from strata.kernels.dialects import get_dialect
+        return self._load().bind(out, list(inputs), merged)
 
-            self._kernel = get_dialect(impl.dialect).load(impl, self.spec,
-                                                          self.decision.device)
-        return self._kernel.bind(out, list(inputs), merged)
+    def close(self) -> None:
+        """Stop a confined kernel's worker (it also stops when the process exits)."""
+        if self.confined and self._kernel is not None:
+            self._kernel.close()
+            self._kernel = None
+
+
+def _ready(impl: Any, caps: Any) -> Any:
+    """`impl` built and import-checked in this process (the worker may not run a
+    compiler), with what the worker needs to load it."""
+    from strata.kernels.dialects.base import prepared
+
+    if caps is None:
+        from strata.host import this_host
+        from strata.paths import default_db_path
+        from strata.store import open_db
+
+        caps = this_host(open_db(default_db_path())).caps
+    return prepared(impl, caps)
 
 
 def get(op: str, device: str = "cpu", db: Path | None = None) -> Choice:
@@ -118,7 +159,8 @@ def get(op: str, device: str = "cpu", db: Path | None = None) -> Choice:
     from strata.store import open_db
 
     host = this_host(open_db(db or default_db_path()))
-    return Choice(resolve(op, device, host.conn, host.fingerprint, host.caps), get_spec(op))
+    return Choice(resolve(op, device, host.conn, host.fingerprint, host.caps), get_spec(op),
+                  caps=host.caps)
 
 
 def _session(db: Path | None) -> Any:  # -> strata.commands.kernels.Session

@@ -15,7 +15,7 @@ from strata.kernels.dialects import get_dialect
 from strata.kernels.dialects.base import prepared
 from strata.kernels.impl import Implementation
 from strata.kernels.registry import COMPILE, EAGER, baselines
-from strata.kernels.sandbox import SandboxPolicy, run_job
+from strata.kernels.sandbox import SandboxPolicy
 from strata.kernels.spec import KernelSpec, get_spec
 from strata.kernels.verify import VerifyContext, verify_many
 from strata.measure.peakguard import BANDWIDTH, PeakKeeper
@@ -172,8 +172,8 @@ def _bench_group(spec: KernelSpec, group: list[Implementation], device: str,
         return [Figure(spec.name, i.name, sh, device, s.dtype, note=str(exc))
                 for sh in shapes for i in group]
     with HostLoadMonitor() as monitor:  # other processes' CPU while we time (issue 10 §1)
-        base = runner.baselines(names, shapes, seed=0)
-        cand = runner.candidates(group, shapes, seed=0) if group else \
+        base = runner.baselines(names, shapes)
+        cand = runner.candidates(group, shapes) if group else \
             {"ok": True, "rows": [{"shape": sh, "results": {}} for sh in shapes]}
     runner.load = monitor.summary
     for result in (base, cand):
@@ -227,15 +227,17 @@ class GroupRunner:
 
     def __init__(self, spec: KernelSpec, device: str, ctx: BenchContext) -> None:
         self.spec, self.device, self.ctx = spec, device, ctx
-        self.recheck_seed = 0
         self.load: HostLoad | None = None
+        self.overhead_s = 0.0  # the channel's round trip, measured by the trusted worker
 
-    def _job(self, shapes: list[dict[str, int]], seed: int) -> dict[str, Any]:
+    def _job(self, shapes: list[dict[str, int]]) -> Any:
+        from strata.kernels.timing import BenchJob
+
         st = self.ctx.settings
-        return {"mode": "bench", "op": self.spec.name, "device": self.device,
-                "dtype": st.dtype, "shapes": shapes, "policy": st.policy(), "seed": seed,
-                "flush_bytes": flush_bytes(self.ctx.verify.caps, self.device),
-                "cache": st.cache}
+        return BenchJob(self.spec.name, self.device, st.dtype, shapes, st.policy(),
+                        flush_bytes(self.ctx.verify.caps, self.device), st.cache,
+                        self.ctx.policy.timeout_s, self.ctx.policy.memory_bytes
+                        if self.device == "cpu" else None)
 
     def prepare(self, group: list[Implementation]) -> list[Implementation]:
         """Build and import-check each kernel here (the worker may not run a compiler)."""
@@ -247,15 +249,22 @@ class GroupRunner:
                 raise RuntimeError(f"{impl.name}: {exc}") from exc
         return ready
 
-    def baselines(self, names: list[str], shapes: list[dict[str, int]], seed: int) -> \
-            dict[str, Any]:
-        return run_job({**self._job(shapes, seed), "baselines": names}, self.ctx.policy,
-                       trusted=True)
+    def baselines(self, names: list[str], shapes: list[dict[str, int]]) -> dict[str, Any]:
+        """The torch baselines, timed by this process in a trusted worker (which also gives
+        the channel's round trip that every sample sheds)."""
+        from strata.kernels.timing import run_baselines
 
-    def candidates(self, group: list[Implementation], shapes: list[dict[str, int]],
-                   seed: int) -> dict[str, Any]:
-        return run_job({**self._job(shapes, seed), "impls": [i.to_job() for i in group]},
-                       self.ctx.policy)
+        result = run_baselines(self._job(shapes), names)
+        if result.get("ok"):
+            self.overhead_s = float(result.get("overhead_s", 0.0))
+        return result
+
+    def candidates(self, group: list[Implementation],
+                   shapes: list[dict[str, int]]) -> dict[str, Any]:
+        """Kernels timed and checked by this process; they run in a confined worker."""
+        from strata.kernels.timing import run_candidates
+
+        return run_candidates(self._job(shapes), group, self.overhead_s)
 
     def settle_noisy_baselines(self, rows: list[dict[str, Any]]) -> dict[int, str]:
         """Re-measure noisy eager times once (new process); what stays noisy is returned."""
@@ -265,7 +274,7 @@ class GroupRunner:
         if not noisy:
             return {}
         self.ctx.progress(f"re-measuring a noisy baseline ({len(noisy)} shape(s))")
-        again = self.baselines([EAGER], [rows[i]["shape"] for i in noisy], seed=0)
+        again = self.baselines([EAGER], [rows[i]["shape"] for i in noisy])
         for i, row in zip(noisy, again.get("rows", []), strict=False):
             rows[i]["results"][EAGER] = row["results"][EAGER]
         return plausibility.noisy_shapes(plausibility.baseline_times(rows, EAGER, nbytes))
@@ -278,10 +287,8 @@ class GroupRunner:
             if fig.impl not in impls or fig.disqualified or \
                     (fig.speedup_eager or 0) <= plausibility.SUSPICIOUS_SPEEDUP:
                 continue
-            self.recheck_seed += 1
-            seed = 100 + self.recheck_seed
-            base = self.baselines([EAGER], [fig.shape], seed)
-            cand = self.candidates([impls[fig.impl]], [fig.shape], seed)
+            base = self.baselines([EAGER], [fig.shape])
+            cand = self.candidates([impls[fig.impl]], [fig.shape])
             self._apply_recheck(fig, base, cand)
 
     def _apply_recheck(self, fig: Figure, base: dict[str, Any], cand: dict[str, Any]) -> None:

@@ -6,14 +6,14 @@
   values, or the correct answer for a *different* input: a kernel that reads its output
   buffer to decide what to do (skip work when it looks already written) is wrong for one.
 - **Fresh inputs for timed calls** (`InputStream`): each timed call gets inputs it has never
-  seen (a random mix of pre-generated sets, written into one of two buffer slots), so a
-  result cached by pointer, size, call count or a sample of values is stale.
+  seen — windows at OS-random offsets of generated pools, mixed with random factors — so a
+  result cached by pointer, size, call count, a sample of values or a span of earlier
+  inputs is stale.
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,7 +23,6 @@ from strata.kernels.spec import KernelSpec
 PREFILLS = ("nan", "zeros", "random", "other_answer")
 MIN_MARGIN_BYTES = 4096
 MAX_MARGIN_BYTES = 4 << 20
-POOL_SETS = 4
 _RNG = random.SystemRandom()  # not in the process's memory as a predictable state
 
 
@@ -43,14 +42,15 @@ class Guarded:
         return bool(torch.equal(now.view(torch.uint8), self.canary.view(torch.uint8)))
 
 
-def guarded_copy(t: Any) -> Guarded:
-    """`t`'s values in a fresh allocation with canaries on both sides."""
+def guarded_copy(t: Any, alloc: Any) -> Guarded:
+    """`t`'s values in a fresh shared-memory allocation (`alloc`: an Arena) with canaries
+    on both sides."""
     import torch
 
     item = t.element_size()
     margin = max(MIN_MARGIN_BYTES, min(MAX_MARGIN_BYTES, t.numel() * item // 4)) // item
     margin = max(1, margin)
-    buffer = torch.empty(t.numel() + 2 * margin, dtype=t.dtype, device=t.device)
+    buffer = alloc.empty((t.numel() + 2 * margin,), t.dtype)
     raw = buffer.view(torch.uint8)
     raw.copy_(torch.randint(0, 256, raw.shape, dtype=torch.uint8, device=t.device))
     view = buffer[margin:margin + t.numel()].view(t.shape)
@@ -83,57 +83,125 @@ def prefill(out: Any, mode: str, other: Any | None) -> None:
 
 # -- fresh inputs for timed calls --------------------------------------------------------------
 
+POOL_SETS = 3  # generated sets per input: one per distribution (normal, uniform, heavy)
+MIX_MAX_ELEMENTS = 1 << 22  # above this a float input is one scaled window, not a mix of two
+
+
 @dataclass
 class Slot:
-    """One set of buffers a timed call reads from and writes to."""
+    """One set of shared-memory buffers a timed call reads from and writes to."""
 
     inputs: list[Any]
     out: Any
-    recipe: tuple[int, int, float, float] | None = None  # (set a, set b, alpha, beta)
+    recipe: tuple[int, ...] | None = None  # the windows and factors of its current inputs
+    probes: list[tuple[Any, Any]] = field(default_factory=list)  # (index, values) per input
 
 
 @dataclass
 class InputStream:
-    """Fresh inputs per call: x = alpha*set_a + beta*set_b for floating inputs (integer and
-    quantised inputs come from set_a), mixed into one of two slots, outputs poisoned."""
+    """Inputs no kernel can predict or cache against: each refresh writes, into a slot,
+    windows at random offsets of per-input pools (several generated sets end to end, from
+    seeds drawn from the OS after the kernel was loaded), floating inputs as
+    alpha*window_1 + beta*window_2 with random factors — no small basis to answer from.
+    Integer and quantised inputs are windows too (quantised ones at row boundaries, so every
+    block stays a valid block). The offsets come from the OS's random source, which no
+    process state reveals."""
 
     spec: KernelSpec
     shape: dict[str, int]
     dtype: str
-    device: str
-    base_seed: int
-    pool: list[list[Any]] = field(default_factory=list)
+    alloc: Any  # Arena: slots live in shared memory
+    slots_n: int = 2
+    pools: list[Any] = field(default_factory=list)
     slots: list[Slot] = field(default_factory=list)
     calls: int = 0
 
     def __post_init__(self) -> None:
-        from strata.kernels.worker import nan_out
+        from strata.kernels.judge import nan_out
 
-        self.pool = [self.spec.make_inputs(self.shape, self.dtype, self.base_seed + k,
-                                           self.device) for k in range(POOL_SETS)]
-        self.slots = [Slot([t.clone() for t in self.pool[0]],
-                           nan_out(self.spec, self.shape, self.dtype, self.device))
-                      for _ in range(2)]
+        base = 3 * _RNG.randrange(1 << 20)  # base % 3 == 0: the sets cycle distributions
+        sets = [self.spec.make_inputs(self.shape, self.dtype, base + k, "cpu")
+                for k in range(POOL_SETS)]
+        self.pools = [_pool([s[i] for s in sets]) for i in range(len(sets[0]))]
+        self.slots = [Slot([self.alloc.copy(t) for t in sets[0]],
+                           nan_out(self.spec, self.shape, self.dtype, self.alloc))
+                      for _ in range(self.slots_n)]
 
     def slot(self, index: int) -> Slot:
-        return self.slots[index % 2]
+        return self.slots[index % len(self.slots)]
 
-    def refresh(self) -> Slot:
-        """New inputs into the next slot (outside any timed region); its output poisoned."""
-        slot = self.slot(self.calls)
+    def refresh(self, index: int | None = None) -> Slot:
+        """New inputs into a slot (outside any timed region); its output poisoned; a random
+        sample of its inputs remembered, to check later that the kernel left them alone."""
+        slot = self.slot(self.calls if index is None else index)
         self.calls += 1
-        a, b = _RNG.randrange(POOL_SETS), _RNG.randrange(POOL_SETS)
-        alpha, beta = _RNG.uniform(0.6, 1.4), _RNG.uniform(-0.5, 0.5)
-        for dst, xa, xb in zip(slot.inputs, self.pool[a], self.pool[b], strict=True):
-            if xa.is_floating_point():
-                dst.copy_(xa).mul_(alpha).add_(xb, alpha=beta)
-            else:
-                dst.copy_(xa)
+        recipe: list[int] = []
+        for dst, pool in zip(slot.inputs, self.pools, strict=True):
+            recipe += _window_into(dst, pool)
         if self.spec.derive is not None:  # dependent inputs follow the mixed ones
             self.spec.derive(slot.inputs, **self.spec.params_for(self.shape))
         slot.out.fill_(float("nan"))
-        slot.recipe = (a, b, alpha, beta)
+        slot.recipe = tuple(recipe)
+        slot.probes = [_probe(t) for t in slot.inputs]
         return slot
+
+
+def _pool(sets: list[Any]) -> Any:
+    """The generated sets of one input, flattened end to end (rows kept whole)."""
+    import torch
+
+    return torch.cat([t.reshape(-1) for t in sets])
+
+
+def _unit(dst: Any) -> int:
+    """Offsets of a window are multiples of this: a row for quantised (uint8) blocks."""
+    import torch
+
+    return dst.shape[-1] if dst.dtype == torch.uint8 and dst.dim() >= 2 else 1
+
+
+def _offset(pool: Any, n: int, unit: int) -> int:
+    spare = (pool.numel() - n) // unit
+    return unit * _RNG.randrange(spare + 1)
+
+
+def _window_into(dst: Any, pool: Any) -> list[int]:
+    n, unit = dst.numel(), _unit(dst)
+    flat = dst.view(-1)
+    o1 = _offset(pool, n, unit)
+    if not dst.is_floating_point():
+        flat.copy_(pool[o1:o1 + n])
+        return [o1]
+    alpha = _RNG.uniform(0.6, 1.4)
+    if n > MIX_MAX_ELEMENTS:
+        flat.copy_(pool[o1:o1 + n]).mul_(alpha)
+        return [o1]
+    o2 = _offset(pool, n, unit)
+    beta = _RNG.uniform(-0.5, 0.5)
+    flat.copy_(pool[o1:o1 + n]).mul_(alpha).add_(pool[o2:o2 + n], alpha=beta)
+    return [o1, o2]
+
+
+PROBE_ELEMENTS = 4096
+
+
+def _probe(t: Any) -> tuple[Any, Any]:
+    """Random positions of `t` and their values now (a kernel cannot know which)."""
+    import torch
+
+    flat = t.view(-1)
+    k = min(PROBE_ELEMENTS, flat.numel())
+    gen = torch.Generator().manual_seed(_RNG.randrange(1 << 62))
+    idx = torch.randint(0, flat.numel(), (k,), generator=gen)
+    return idx, flat[idx].clone()
+
+
+def probes_intact(slot: Slot) -> bool:
+    """The remembered input samples still hold (NaN-safe, bitwise)."""
+    from strata.kernels.checks import same_values
+
+    return all(same_values(t.view(-1)[idx], vals)
+               for t, (idx, vals) in zip(slot.inputs, slot.probes, strict=True))
 
 
 ORACLE_FLOPS = 5e7  # below this the float64 oracle is cheap enough for every timed call
@@ -158,8 +226,8 @@ class TimedOutputChecker:
 
     def _reference(self, slot: Slot) -> tuple[Any, Any]:
         """(reference, tolerance) for this slot's inputs."""
+        from strata.kernels.judge import oracle
         from strata.kernels.spec import Tolerance
-        from strata.kernels.worker import oracle
 
         params = self.spec.params_for(self.shape)
         tol = self.spec.tolerance(self.dtype)
@@ -180,7 +248,12 @@ class TimedOutputChecker:
 
         from strata.kernels import checks
 
-        if self.failure is not None or slot.recipe is None or not self._wanted(force):
+        if self.failure is not None or slot.recipe is None:
+            return
+        if not probes_intact(slot):
+            self.failure = f"timed call #{index + 1} wrote into its inputs (inputs are read-only)"
+            return
+        if not self._wanted(force):
             return
         started = time.perf_counter()
         ref, tol = self._reference(slot)
@@ -189,31 +262,3 @@ class TimedOutputChecker:
         self.spent_s += time.perf_counter() - started
         if bad:
             self.failure = f"timed call #{index + 1} was wrong ({bad.reason}: {bad.message})"
-
-
-def rotating_thunk(stream: InputStream, bind: Callable[[Slot], Callable[[], object]],
-                   checker: TimedOutputChecker | None, flush: Callable[[], None]) -> \
-        tuple[Callable[[], object], Callable[[], None], Callable[[], None]]:
-    """(timed thunk, untimed `before` hook, final check) for `time_calls`.
-
-    `before` checks the previous call's output, refreshes the next slot's inputs, poisons
-    its output and flushes the cache; the thunk calls the bound kernel of that slot.
-    """
-    thunks = [bind(stream.slot(0)), bind(stream.slot(1))]
-    current = [0]
-
-    def before() -> None:
-        if checker is not None and stream.calls:
-            checker.after_call(stream.slot(stream.calls - 1), stream.calls - 1)
-        current[0] = stream.calls % 2
-        stream.refresh()
-        flush()
-
-    def thunk() -> object:
-        return thunks[current[0]]()
-
-    def finish() -> None:
-        if checker is not None and stream.calls:
-            checker.after_call(stream.slot(stream.calls - 1), stream.calls - 1, force=True)
-
-    return thunk, before, finish

@@ -1,22 +1,17 @@
-"""Parent side of the sandbox: write a job, run the worker with a timeout and limits, read
-its one result line. Untrusted kernels never run in this process (docs/architecture.md §7)."""
+"""The sandbox's settings: a worker's time and memory limits, its environment (every cache
+pointed at its private scratch directory) and what a GPU worker may execute. The worker
+itself is started by kernels/process.py; untrusted kernels never run in this process
+(docs/architecture.md §7)."""
 
 from __future__ import annotations
 
-import json
-import secrets
 import shutil
-import sys
 import sysconfig
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from strata.hardware.smoke import error_summary
-from strata.kernels import checks
-from strata.kernels.confine import Plan, scratch_env
-from strata.launch import IsolatedRun, Limits, run_isolated
+from strata.kernels.confine import scratch_env
+from strata.launch import Limits
 from strata.launch import worker_env as base_env
 from strata.paths import cache_dir
 
@@ -54,43 +49,3 @@ def toolchain_dirs() -> tuple[str, ...]:
         if found:
             dirs.append(str(Path(found).resolve().parent.parent))
     return tuple(dict.fromkeys(dirs))
-
-
-def run_job(job: dict[str, Any], policy: SandboxPolicy, trusted: bool = False) -> \
-        dict[str, Any]:
-    """The worker's result dict; a dead or silent worker becomes a failure with its reason.
-
-    Untrusted jobs (anything that loads kernel code) get a private scratch directory, the
-    only place they may write, and confine themselves before loading a kernel; `trusted`
-    jobs (the torch baselines alone) keep the plain limits."""
-    marker = f"STRATA-RESULT-{secrets.token_hex(8)}"
-    scratch = Path(tempfile.mkdtemp(prefix="strata-ksandbox-"))
-    path = scratch / "job.json"
-    if not trusted:
-        job = {**job, "confine": Plan(str(scratch), job["device"] != "cpu",
-                                      toolchain_dirs()).to_job()}
-    path.write_text(json.dumps({**job, "marker": marker}), "utf-8")
-    try:
-        run = run_isolated([sys.executable, "-m", "strata.kernels.worker", str(path)],
-                           policy.timeout_s,
-                           env=worker_env(job["device"], None if trusted else scratch),
-                           limits=policy.limits(job["device"]))
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-    return parse_result(run, marker, policy.timeout_s)
-
-
-def parse_result(run: IsolatedRun, marker: str, timeout_s: float) -> dict[str, Any]:
-    for line in reversed(run.stdout.splitlines()):
-        if line.startswith(marker + " "):
-            return json.loads(line[len(marker) + 1:])
-    if run.timed_out:
-        failure = checks.Failure(checks.TIMEOUT, f"did not finish within {timeout_s:g} s "
-                                 "(killed with its process group)")
-    else:
-        how = f"killed by signal {-run.returncode}" if (run.returncode or 0) < 0 else \
-            f"exit code {run.returncode}"
-        failure = checks.Failure(checks.CRASHED, f"the worker died ({how}): "
-                                 f"{error_summary(run.stderr) or 'no error output'}",
-                                 run.stderr.strip().splitlines()[-5:])
-    return {"ok": False, "failure": failure.to_dict()}
