@@ -329,6 +329,46 @@ def kernels_remove(
                   f"{copies}", markup=False, highlight=False, soft_wrap=True)
 
 
+@kernels_app.command("trust")
+@reflowed
+def kernels_trust(
+    name: Annotated[str, typer.Argument(metavar="NAME", help="An added kernel, as `strata "
+                                        "kernels list` names it (c.ext.my_rmsnorm), or "
+                                        "OP/NAME.")],
+    revoke: Annotated[bool, typer.Option("--revoke", help="Undo it: the kernel runs "
+                                         "confined again.")] = False,
+    note: Annotated[str, typer.Option("--note", help="Why you trust it (stored with the "
+                                      "trust).")] = "",
+    db: DbOption = None,
+) -> None:
+    """Let an added kernel run inside your own processes (strata.kernels.get, -B lab, train)
+    instead of a confined worker.
+
+    Until trusted, an external kernel serves from its own confined process over shared
+    memory. Trust is for the exact source bytes registered now: a changed source is
+    untrusted again; `strata kernels remove` drops it too. Built-in kernels ship with
+    strata and always run in-process (exit code 2, as for a name that was never added).
+
+    [bold]Examples[/bold]
+      strata kernels trust c.ext.my_rmsnorm
+      strata kernels trust rmsnorm/c.ext.my_rmsnorm --revoke
+    """
+    from strata.commands.kernels import TRUST_RISK, revoke_kernel_trust, trust_kernel, trust_targets
+
+    conn = open_store(db)
+    if revoke:
+        for c in revoke_kernel_trust(conn, name):
+            text = f"revoked trust in {c.key}: it runs confined again" if c.changed else \
+                f"{c.key} was not trusted: it runs confined"
+            out.print(text, markup=False, highlight=False, soft_wrap=True)
+        return
+    trust_targets(conn, name)  # an unknown or built-in NAME fails before the risk is stated
+    err.print(TRUST_RISK.format(name=name), markup=False, highlight=False, soft_wrap=True)
+    for c in trust_kernel(conn, name, note):
+        out.print(f"trusted {c.key} in-process (source {c.source_hash}, {c.trusted_at})",
+                  markup=False, highlight=False, soft_wrap=True)
+
+
 @kernels_app.command("abi")
 @reflowed
 def kernels_abi(

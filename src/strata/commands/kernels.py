@@ -167,6 +167,75 @@ def remove_kernel(conn: sqlite3.Connection, name: str) -> list[Removed]:
     return removed
 
 
+# -- trust -------------------------------------------------------------------------------------
+
+TRUST_RISK = ("trusting {name}: its code will run inside your own processes (strata.kernels.get, "
+              "-B lab, train) with your permissions, outside any sandbox; recorded in the "
+              "results DB until --revoke or a change to its source")
+
+
+@dataclass
+class TrustChange:
+    """What `strata kernels trust` did to one added kernel."""
+
+    key: str
+    trusted: bool  # its state now
+    changed: bool  # False: --revoke of a kernel that was not trusted
+    source_hash: str | None = None
+    trusted_at: str | None = None
+
+
+def _added_named(conn: sqlite3.Connection, name: str) -> list:  # list[ExternalImpl]
+    """The added kernels NAME means (as `remove_kernel` resolves it); InputError for a
+    built-in, which ships with strata and always runs in-process, or an unknown name."""
+    from strata.kernels.impl import builtin_implementations
+    from strata.kernels.registry import COMPILE, EAGER
+    from strata.store.kernels import find_external, list_external
+
+    found = find_external(conn, name)
+    if found:
+        return found
+    builtin = {EAGER, COMPILE} | {n for i in builtin_implementations() for n in (i.name, i.key)}
+    if name in builtin:
+        raise InputError(f"NAME {name}: a built-in kernel ships with strata and always runs "
+                         "in-process; only kernels added with `strata kernels add` need trust")
+    added = [e.name for e in list_external(conn)]
+    raise InputError(f"NAME {name}: no kernel added under this name (added: "
+                     f"{', '.join(added) if added else 'none'}; `strata kernels list` "
+                     "shows them as origin external)")
+
+
+def trust_targets(conn: sqlite3.Connection, name: str) -> list:  # list[ExternalImpl]
+    """The added kernels NAME means, each with its private copy still there to trust."""
+    found = _added_named(conn, name)
+    for ext in found:
+        if not Path(ext.path).is_file():
+            raise InputError(f"NAME {name}: its private copy {ext.path} is gone (the cache "
+                             f"was cleaned); add it again: strata kernels add {ext.origin_path}")
+    return found
+
+
+def trust_kernel(conn: sqlite3.Connection, name: str, note: str = "") -> list[TrustChange]:
+    """Promote added kernel NAME (c.ext.my_rmsnorm or OP/NAME) to run in the user's own
+    process: an explicit act (the caller states the risk first), for the exact source bytes
+    now registered; until then, and after any change to them, it runs confined."""
+    from strata.store.kernels import trust_kernel as record
+
+    changes = []
+    for ext in trust_targets(conn, name):
+        trust = record(conn, ext, note)
+        changes.append(TrustChange(ext.key, True, True, trust.source_hash, trust.trusted_at))
+    return changes
+
+
+def revoke_kernel_trust(conn: sqlite3.Connection, name: str) -> list[TrustChange]:
+    """Undo `trust_kernel`: NAME runs confined again."""
+    from strata.store.kernels import revoke_trust
+
+    return [TrustChange(ext.key, False, revoke_trust(conn, ext.key))
+            for ext in _added_named(conn, name)]
+
+
 # -- list --------------------------------------------------------------------------------------
 
 def _availability(s: Session, impl: Implementation) -> tuple[str, str | None]:
@@ -201,8 +270,19 @@ def list_records(s: Session, op: str | None) -> list[dict[str, object]]:
                         "verified": stored.status if stored else "-",
                         "speedup": speed.geomean, "speedup_low": speed.low,
                         "speedup_high": speed.high, "speedup_shapes": speed.shapes,
-                        "speed_problem": speed.problem, "origin": impl.origin})
+                        "speed_problem": speed.problem, "origin": impl.origin,
+                        "trust": _trust_state(s.conn, impl)})
     return records
+
+
+def _trust_state(conn: sqlite3.Connection, impl: Implementation) -> str | None:
+    """How an external kernel runs: "confined" (its own process) or "trusted" (in-process,
+    `strata kernels trust`); None for a built-in, which always runs in-process."""
+    from strata.store.kernels import is_trusted
+
+    if impl.origin != "external":
+        return None
+    return "trusted" if is_trusted(conn, impl) else "confined"
 
 
 # -- bench -------------------------------------------------------------------------------------

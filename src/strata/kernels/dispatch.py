@@ -4,6 +4,13 @@ decision trace saying why each implementation was taken or not (docs/architectur
 Outcomes: "kernel" (a verified implementation wins), "vendor" (torch eager is faster than
 every verified one), "fallback" (nothing verified runs here: the torch reference is used,
 and that is reported as a fallback, never as a pass).
+
+External kernels (`strata kernels add`, or a model's) are judged harder than built-ins,
+which ship with strata: one serves only once benchmarked here (a verdict alone never
+outranks the vendor path), only at shapes it was proven at (every named dim of a call
+within the [min, max] of the shapes it was verified and benchmarked at, margin 0), and runs
+confined (in its own process, over shared memory) unless the user trusted its exact bytes
+with `strata kernels trust`.
 """
 
 from __future__ import annotations
@@ -19,10 +26,17 @@ from strata.kernels.dialects import get_dialect
 from strata.kernels.impl import Implementation
 from strata.kernels.plausibility import IMPLAUSIBLE, NOISY_BASELINE
 from strata.kernels.registry import EAGER, implementations
-from strata.kernels.spec import KernelSpec, get_spec
-from strata.store.kernels import latest_bench, latest_verification
+from strata.kernels.spec import KernelSpec, Shape, get_spec
+from strata.store.kernels import latest_bench, latest_verification, trust_of, verified_shapes
 
 KERNEL, VENDOR, FALLBACK = "kernel", "vendor", "fallback"
+NOT_BENCHMARKED = "verified, not benchmarked"
+# The serving rule for external kernels, said wherever a decision is shown.
+SERVE_RULE = "margin 0: each dim of a call within the [min, max] it was verified and " \
+    "benchmarked at"
+OUT_OF_RANGE = "an external kernel serves only within its verified ranges"
+CONFINED_NOTE = "runs confined: shared memory, its own process"
+Coverage = dict[str, tuple[int, int]]
 
 
 def unrunnable_reason(impl: Implementation, device: str, caps: HostCaps) -> str | None:
@@ -49,8 +63,44 @@ class TraceEntry:
         return dict(self.__dict__)
 
 
+def coverage_of(shapes: list[Shape]) -> Coverage:
+    """Per dim, the [min, max] over `shapes`: the box an external kernel may serve in."""
+    box: Coverage = {}
+    for shape in shapes:
+        for dim, value in shape.items():
+            low, high = box.get(dim, (value, value))
+            box[dim] = (min(low, value), max(high, value))
+    return box
+
+
+def coverage_text(coverage: Coverage) -> str:
+    return ", ".join(f"{dim} {low}..{high}" for dim, (low, high) in coverage.items()) or \
+        "no shape"
+
+
+def uncovered_reason(coverage: Coverage | None, shape: Shape) -> str | None:
+    """Why a call at `shape` is outside `coverage` (None: inside, or not range-limited).
+    Margin 0: each dim the call names must lie within [min, max] of the proven shapes; a
+    dim never proven at all is outside too."""
+    if coverage is None:
+        return None
+    for dim, value in shape.items():
+        if dim not in coverage:
+            return f"{dim}={value} was never verified (verified: {coverage_text(coverage)})"
+        low, high = coverage[dim]
+        if not low <= value <= high:
+            return f"{dim}={value} is outside the verified range {low}..{high}"
+    return None
+
+
 @dataclass
 class Decision:
+    """What serves `op` on `device`, and why. For an external kernel, `coverage` is the box
+    of shapes it may serve (every dim of a call within the [min, max] of the shapes it was
+    verified and benchmarked at, margin 0: check each call with `uncovered`) and `confined`
+    says it must run in its own process (not trusted for its current bytes). Built-ins ship
+    with strata: not range-limited (coverage None) and never confined."""
+
     op: str
     device: str
     outcome: str
@@ -58,15 +108,47 @@ class Decision:
     speedup: float | None = None
     trace: list[TraceEntry] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # e.g. the vendor stack's support verdict
+    coverage: Coverage | None = None
+    confined: bool = False
 
     @property
     def chosen(self) -> str:
         return self.impl.name if self.impl else EAGER
 
+    def uncovered(self, shape: Shape) -> str | None:
+        """One line on why the chosen kernel may not serve a call at `shape` (None: it
+        may). A caller outside the range uses the vendor path or resolves with `shape`."""
+        return uncovered_reason(self.coverage, shape)
+
     def to_dict(self) -> dict[str, Any]:
+        coverage = None if self.coverage is None else \
+            {dim: list(box) for dim, box in self.coverage.items()}
         return {"op": self.op, "device": self.device, "outcome": self.outcome,
                 "chosen": self.chosen, "speedup_vs_eager": self.speedup,
+                "coverage": coverage, "confined": self.confined,
                 "notes": self.notes, "trace": [t.to_dict() for t in self.trace]}
+
+
+@dataclass
+class Candidate:
+    """An implementation dispatch may choose: verified here, not disqualified."""
+
+    impl: Implementation
+    speed: float | None  # geomean speedup over eager; None: not benchmarked
+    coverage: Coverage | None = None  # external kernels only
+    trusted_at: str | None = None  # an external kernel the user trusted, since when
+
+    @property
+    def confined(self) -> bool:
+        return self.impl.origin == "external" and self.trusted_at is None
+
+    def serving(self) -> str:
+        """Where and at which shapes it serves; empty for a built-in."""
+        if self.impl.origin != "external":
+            return ""
+        where = CONFINED_NOTE if self.confined else \
+            f"trusted in-process since {(self.trusted_at or '')[:10]}"
+        return f"; serves {coverage_text(self.coverage or {})} only ({SERVE_RULE}) ({where})"
 
 
 @dataclass(frozen=True)
@@ -105,13 +187,6 @@ def speed_of(rows: list[Any]) -> Speed:
     return Speed(mean, min(ups), max(ups), len(ups), len(rows) - len(counted))
 
 
-def _speed(conn: sqlite3.Connection, fp: str, impl: Implementation, device: str) -> \
-        tuple[float | None, str | None]:
-    """(geometric-mean speedup over torch eager across the last benchmark's shapes, problem)."""
-    speed = speed_of(latest_bench(conn, fp, impl.op, impl.name, impl.content_hash(), device))
-    return speed.geomean, speed.problem
-
-
 def vendor_notes(caps: HostCaps, device: str) -> list[str]:
     """The probe's support verdict for `device` when the vendor stack cannot drive it."""
     profile = caps.profile
@@ -129,8 +204,11 @@ class Resolver:
     def __init__(self, conn: sqlite3.Connection, fingerprint: str, caps: HostCaps) -> None:
         self.conn, self.fp, self.caps = conn, fingerprint, caps
 
-    def _judge(self, impl: Implementation, device: str) -> tuple[str | None, float | None]:
-        """(rejection reason or None, speedup) for one implementation on `device`."""
+    def _judge(self, impl: Implementation, device: str, shape: Shape | None) -> \
+            tuple[str | None, Candidate | None]:
+        """(rejection reason, None) or (None, candidate) for one implementation on
+        `device` (for calls at `shape`, when given). The latest verification decides pass
+        or fail: a later failing one rejects whatever passed before."""
         unrunnable = unrunnable_reason(impl, device, self.caps)
         if unrunnable:
             return unrunnable, None
@@ -143,60 +221,115 @@ class Resolver:
             failure = stored.data.get("failure") or {}
             return f"failed verification: {failure.get('reason')}: " \
                    f"{failure.get('message', '')}", None
-        speed, problem = _speed(self.conn, self.fp, impl, device)
-        return problem, speed
+        speed = speed_of(latest_bench(self.conn, self.fp, impl.op, impl.name,
+                                      impl.content_hash(), device))
+        if speed.problem:
+            return speed.problem, None
+        if impl.origin == "external":
+            return self._external(impl, device, speed, shape)
+        return None, Candidate(impl, speed.geomean)
 
-    def resolve(self, spec: KernelSpec, device: str) -> Decision:
+    def _external(self, impl: Implementation, device: str, speed: Speed,
+                  shape: Shape | None) -> tuple[str | None, Candidate | None]:
+        """An external kernel, verified: it serves only once benchmarked (a verdict alone
+        never outranks the vendor path), within the shapes it was proven at."""
+        if speed.geomean is None:
+            if speed.excluded:
+                return f"benchmarked, but the torch baseline stayed noisy at every shape: an " \
+                       f"external kernel serves only after strata kernels bench {impl.op} " \
+                       "times it against a steady baseline", None
+            return f"{NOT_BENCHMARKED}: an external kernel serves only after strata kernels " \
+                   f"bench {impl.op}", None
+        proven = verified_shapes(self.conn, self.fp, impl.op, impl.name, impl.content_hash(),
+                                 device, get_spec(impl.op).shapes["verify"],
+                                 (WRONG_AT_SHAPE, IMPLAUSIBLE))
+        trust = trust_of(self.conn, impl)
+        candidate = Candidate(impl, speed.geomean, coverage_of(proven),
+                              trust.trusted_at if trust else None)
+        outside = uncovered_reason(candidate.coverage, shape) if shape else None
+        if outside:
+            return f"{outside}: {OUT_OF_RANGE} ({SERVE_RULE})", None
+        return None, candidate
+
+    def resolve(self, spec: KernelSpec, device: str, shape: Shape | None = None) -> Decision:
+        """The decision for `spec` on `device`; with `shape`, for calls at that shape only
+        (an external kernel that was not proven there is passed over)."""
         decision = Decision(spec.name, device, FALLBACK, None,
                             notes=vendor_notes(self.caps, device))
-        accepted: list[tuple[Implementation, float | None]] = []
+        accepted: list[Candidate] = []
         for impl in implementations(spec.name, self.conn):
-            reason, speed = self._judge(impl, device)
-            if reason:
-                decision.trace.append(TraceEntry(impl.name, "rejected", reason))
+            reason, candidate = self._judge(impl, device, shape)
+            if candidate is None:
+                decision.trace.append(TraceEntry(impl.name, "rejected", str(reason)))
             else:
-                accepted.append((impl, speed))
+                accepted.append(candidate)
         self._choose(decision, accepted)
         return decision
 
     @staticmethod
-    def _choose(decision: Decision, accepted: list[tuple[Implementation, float | None]]) -> \
-            None:
+    def _choose(decision: Decision, accepted: list[Candidate]) -> None:
         if not accepted:
-            covered = "no verified implementation covers it" if decision.notes else \
-                "no verified implementation runs here"
-            decision.trace.append(TraceEntry(EAGER, "fallback", f"fallback to the torch "
-                                             f"reference: {covered}"))
+            decision.trace.append(TraceEntry(EAGER, "fallback", _fallback_text(decision)))
             return
-        timed = sorted((a for a in accepted if a[1] is not None), key=lambda a: -a[1])
-        untimed = [a for a in accepted if a[1] is None]
-        if (timed and timed[0][1] >= 1.0) or (timed and decision.notes):
-            best, speed = timed[0]
-            decision.outcome, decision.impl, decision.speedup = KERNEL, best, speed
-        elif timed:
-            decision.outcome, decision.speedup = VENDOR, 1.0
-        elif untimed:  # verified, never benchmarked: usable, speed unknown
-            best, speed = untimed[0]
-            decision.outcome, decision.impl = KERNEL, best
-        for impl, speed in timed:
-            if impl is decision.impl:
-                text = f"verified, fastest: {speed:.2f}x torch eager"
-                if decision.notes:
-                    text += " (covers what the vendor stack cannot)"
-                decision.trace.append(TraceEntry(impl.name, "chosen", text))
-            else:
-                decision.trace.append(TraceEntry(impl.name, "rejected",
-                                                 f"slower: {speed:.2f}x torch eager"))
-        for impl, _ in untimed:
-            verdict = "chosen" if impl is decision.impl else "rejected"
-            text = "verified, not benchmarked (speed unknown; run strata kernels bench)"
-            decision.trace.append(TraceEntry(impl.name, verdict, text if verdict == "chosen"
-                                             else "verified, not benchmarked"))
-        if decision.outcome == VENDOR:
-            decision.trace.append(TraceEntry(EAGER, "chosen", "torch eager is faster than "
-                                             "every verified implementation here"))
+        timed = sorted((c for c in accepted if c.speed is not None),
+                       key=lambda c: -(c.speed or 0.0))
+        untimed = [c for c in accepted if c.speed is None]  # built-ins only
+        best = _pick(decision, timed, untimed)
+        if best is not None:
+            decision.impl, decision.coverage = best.impl, best.coverage
+            decision.confined = best.confined
+        _trace_accepted(decision, timed, untimed)
+
+
+def _fallback_text(decision: Decision) -> str:
+    covered = "no verified implementation covers it" if decision.notes else \
+        "no verified implementation runs here"
+    if any(OUT_OF_RANGE in e.reason for e in decision.trace):
+        covered += " at this shape"
+    if any(e.reason.startswith(NOT_BENCHMARKED) for e in decision.trace):
+        covered += " (a verified external kernel serves once benchmarked)"
+    return f"fallback to the torch reference: {covered}"
+
+
+def _pick(decision: Decision, timed: list[Candidate], untimed: list[Candidate]) -> \
+        Candidate | None:
+    """Set the outcome: the fastest timed candidate when it beats eager (or the vendor
+    stack cannot drive the device), else eager; a verified, never benchmarked built-in
+    only when nothing was timed (speed unknown, still better than the reference)."""
+    if timed and ((timed[0].speed or 0.0) >= 1.0 or decision.notes):
+        decision.outcome, decision.speedup = KERNEL, timed[0].speed
+        return timed[0]
+    if timed:
+        decision.outcome, decision.speedup = VENDOR, 1.0
+        return None
+    decision.outcome = KERNEL
+    return untimed[0]
+
+
+def _trace_accepted(decision: Decision, timed: list[Candidate],
+                    untimed: list[Candidate]) -> None:
+    for c in timed:
+        if c.impl is decision.impl:
+            text = f"verified, fastest: {c.speed:.2f}x torch eager"
+            if decision.notes:
+                text += " (covers what the vendor stack cannot)"
+            decision.trace.append(TraceEntry(c.impl.name, "chosen", text + c.serving()))
+        else:
+            decision.trace.append(TraceEntry(c.impl.name, "rejected",
+                                             f"slower: {c.speed:.2f}x torch eager"))
+    for c in untimed:
+        chosen = c.impl is decision.impl
+        text = f"{NOT_BENCHMARKED} (speed unknown; run strata kernels bench)" if chosen \
+            else NOT_BENCHMARKED
+        decision.trace.append(TraceEntry(c.impl.name, "chosen" if chosen else "rejected",
+                                         text))
+    if decision.outcome == VENDOR:
+        decision.trace.append(TraceEntry(EAGER, "chosen", "torch eager is faster than "
+                                         "every verified implementation here"))
 
 
 def resolve(op: str, device: str, conn: sqlite3.Connection, fingerprint: str,
-            caps: HostCaps) -> Decision:
-    return Resolver(conn, fingerprint, caps).resolve(get_spec(op), device)
+            caps: HostCaps, shape: Shape | None = None) -> Decision:
+    """Dispatch `op` on `device`; with `shape`, for calls at that shape (an external kernel
+    serves only where it was verified and benchmarked)."""
+    return Resolver(conn, fingerprint, caps).resolve(get_spec(op), device, shape)

@@ -181,3 +181,16 @@ MIGRATIONS.append(
         )""",
     ]),
 )
+
+MIGRATIONS.append(
+    (6, [
+        """CREATE TABLE kernel_trust (           -- `strata kernels trust`: run in-process
+            key          TEXT PRIMARY KEY,       -- op/name of an added (external) kernel
+            op           TEXT NOT NULL,
+            name         TEXT NOT NULL,
+            source_hash  TEXT NOT NULL,          -- sha256 of the source bytes trusted
+            trusted_at   TEXT NOT NULL,
+            note         TEXT NOT NULL DEFAULT ''
+        )""",
+    ]),
+)

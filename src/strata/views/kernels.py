@@ -129,7 +129,7 @@ def _speedup(x: float | None) -> str:
 # -- list --------------------------------------------------------------------------------------
 
 LIST_COLUMNS = ("op", "impl", "dialect", "requires", "available", "verified", "speedup",
-                "speedup_low", "speedup_high", "origin")
+                "speedup_low", "speedup_high", "origin", "trust")
 
 
 def list_table(records: list[dict[str, Any]]) -> Table:
@@ -142,8 +142,14 @@ def list_table(records: list[dict[str, Any]]) -> Table:
         op = r["op"] if r["op"] != last_op else ""
         last_op = r["op"]
         t.add_row(op, escape(r["impl"]), r["dialect"], r["requires"], r["available"],
-                  _styled(r["verified"]), _speed_cell(r), r["origin"])
+                  _styled(r["verified"]), _speed_cell(r), _origin_cell(r))
     return t
+
+
+def _origin_cell(r: dict[str, Any]) -> str:
+    """An external kernel's origin says how it runs: confined (its own process) or trusted
+    (in-process, `strata kernels trust`)."""
+    return f"{r['origin']}, {r['trust']}" if r.get("trust") else r["origin"]
 
 
 def _speed_cell(r: dict[str, Any]) -> str:
