@@ -10,7 +10,7 @@ Heavy pieces (torch, compilers, the DB) load lazily.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +28,10 @@ class Choice:
     _kernel: Any = None
     _checked: bool = False
     caps: Any = None  # HostCaps, to build a confined kernel (None: this host's, probed)
+    # (conn, fingerprint, caps) to verify an external kernel on demand at a shape it was
+    # never verified at; None: such calls take the vendor path
+    host: Any = None
+    _shapes: dict[tuple[Any, ...], bool] = field(default_factory=dict)
 
     @property
     def is_fallback(self) -> bool:
@@ -71,7 +75,65 @@ class Choice:
                                                               self.decision.device)
         return self._kernel
 
+    def serves(self, out: Any, inputs: tuple[Any, ...]) -> bool:
+        """Whether the chosen kernel may serve a call on these tensors. An external kernel
+        serves only within the shapes it was verified and benchmarked at (per dim, margin
+        0); outside, it is verified on demand at that shape (sandboxed, stored) when this
+        Choice knows its host, else the call takes the vendor path. The decision's trace
+        says which, once per shape."""
+        decision = self.decision
+        if decision.impl is None:
+            return True
+        if self.confined and decision.device != "cpu":
+            return self._no_gpu_confinement()
+        if decision.coverage is None:
+            return True
+        dims = getattr(self.spec, "dims", None)
+        shape = dims(out, *inputs) if callable(dims) else None
+        key = tuple(sorted(shape.items())) if shape else ("unknown",)
+        if key not in self._shapes:
+            self._shapes[key] = self._cover(shape)
+        return self._shapes[key]
+
+    def _no_gpu_confinement(self) -> bool:
+        """A confined worker serves CPU calls only (shared memory is host memory): an
+        untrusted GPU kernel waits for `strata kernels trust`; the vendor path serves."""
+        from strata.kernels.dispatch import TraceEntry
+
+        if ("gpu",) not in self._shapes:
+            self._shapes[("gpu",)] = False
+            self.decision.trace.append(TraceEntry(
+                self.decision.impl.name, "fallback", "an untrusted kernel runs confined, and "
+                "confined calls are CPU-only (shared host memory): the vendor path serves; "
+                f"strata kernels trust {self.decision.impl.name} runs it in-process"))
+        return False
+
+    def _cover(self, shape: dict[str, int] | None) -> bool:
+        from strata.kernels.dispatch import TraceEntry
+
+        decision, impl = self.decision, self.decision.impl
+        why = decision.uncovered(shape) if shape else "the op cannot name a call's shape"
+        if why is None:
+            return True
+        if shape and self.host is not None:
+            from strata.kernels.verify import verify_at
+
+            verdict = verify_at(impl, shape, *self.host)
+            ok = verdict.passed
+            text = f"{why}: verified on demand at it ({verdict.status}" + \
+                (f": {verdict.reason}: {verdict.message})" if not ok else ")")
+            if not ok:
+                text += "; the vendor path serves"
+            decision.trace.append(TraceEntry(impl.name, "verified on demand", text))
+            return ok
+        decision.trace.append(TraceEntry(impl.name, "fallback", f"{why}: the vendor path "
+                                         "serves calls at this shape"))
+        return False
+
     def _run(self, out: Any, inputs: tuple[Any, ...], merged: dict[str, Any]) -> None:
+        if not self.serves(out, inputs):
+            out.copy_(self.spec.vendor()(*inputs, **merged).reshape(out.shape))
+            return
         kernel = self._load()
         if self.confined:
             kernel.call(out, list(inputs), merged)
@@ -124,7 +186,7 @@ class Choice:
         impl = self.decision.impl
         check_call(self.spec, out, inputs, merged, impl.dtypes if impl else None,
                    self.decision.device)
-        if impl is None:
+        if impl is None or not self.serves(out, inputs):
             vendor = self.spec.vendor()
             return lambda: out.copy_(vendor(*inputs, **merged).reshape(out.shape))
         return self._load().bind(out, list(inputs), merged)
@@ -150,17 +212,24 @@ def _ready(impl: Any, caps: Any) -> Any:
     return prepared(impl, caps)
 
 
+def choose(host: Any, ops: list[str] | tuple[str, ...], device: str) -> dict[str, Choice]:
+    """op -> Choice on `device` of `host` (anything with conn, fingerprint and caps: a
+    strata.host.Host): what `get`, the -B lab backend and training dispatch through."""
+    from strata.kernels.dispatch import resolve
+    from strata.kernels.spec import get_spec
+
+    where = (host.conn, host.fingerprint, host.caps)
+    return {op: Choice(resolve(op, device, *where), get_spec(op), caps=host.caps,
+                       host=where) for op in ops}
+
+
 def get(op: str, device: str = "cpu", db: Path | None = None) -> Choice:
     """The implementation dispatch picks for `op` on `device`, with its decision trace."""
     from strata.host import this_host
-    from strata.kernels.dispatch import resolve
-    from strata.kernels.spec import get_spec
     from strata.paths import default_db_path
     from strata.store import open_db
 
-    host = this_host(open_db(db or default_db_path()))
-    return Choice(resolve(op, device, host.conn, host.fingerprint, host.caps), get_spec(op),
-                  caps=host.caps)
+    return choose(this_host(open_db(db or default_db_path())), [op], device)[op]
 
 
 def _session(db: Path | None) -> Any:  # -> strata.commands.kernels.Session
@@ -219,4 +288,5 @@ def abi_path() -> Path:
     return path()
 
 
-__all__ = ["Choice", "abi_path", "add", "get", "implementations", "remove", "verify"]
+__all__ = ["Choice", "abi_path", "add", "choose", "get", "implementations", "remove",
+           "verify"]

@@ -235,17 +235,19 @@ class Verifier:
             self.arena.close()
 
     def cases_to_run(self, shapes: list[dict[str, int]], dtypes: list[str],
-                     seeds: list[int]) -> list[tuple[str, dict[str, int], int, Any]]:
+                     seeds: list[int], serve: list[dict[str, int]] | None = None) -> \
+            list[tuple[str, dict[str, int], int, Any]]:
         todo = [(dt, sh, seed, None) for dt in dtypes for sh in shapes for seed in seeds]
+        todo += [(dt, sh, seeds[0], None) for dt in dtypes for sh in serve or []]
         for dt in dtypes:
             for clause, shape, seed in clause_cases(self.spec):
                 todo.append((dt, shape, seed, clause))
         return todo
 
-    def run(self, shapes: list[dict[str, int]], dtypes: list[str], seeds: list[int]) -> \
-            dict[str, Any]:
+    def run(self, shapes: list[dict[str, int]], dtypes: list[str], seeds: list[int],
+            serve: list[dict[str, int]] | None = None) -> dict[str, Any]:
         previous: dict[str, Any] = {}
-        for dtype, shape, seed, clause in self.cases_to_run(shapes, dtypes, seeds):
+        for dtype, shape, seed, clause in self.cases_to_run(shapes, dtypes, seeds, serve):
             try:
                 failure = self.case(shape, dtype, seed, previous, clause)
             finally:
@@ -281,14 +283,15 @@ def run_verify(job: dict[str, Any]) -> dict[str, Any]:
     try:
         proc.start()
         verifier = Verifier(impl, spec, proc)
-        result = verifier.run(shapes, job["dtypes"], job["seeds"])
+        result = verifier.run(shapes, job["dtypes"], job["seeds"], job.get("serve"))
     except WorkerFailure as exc:
         result = {"ok": False, "failure": exc.failure.to_dict(),
                   "cases": verifier.cases if verifier else 0}
     finally:
         proc.close()
     result["seconds"] = time.perf_counter() - started
-    result["shapes"] = shapes + [sh for _, sh, _ in clause_cases(spec)]
+    result["shapes"] = [*shapes, *(job.get("serve") or []),
+                        *(sh for _, sh, _ in clause_cases(spec))]
     if proc.sandbox is not None:
         result["sandbox"] = proc.sandbox
     return result

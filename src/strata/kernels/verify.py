@@ -20,6 +20,17 @@ from strata.store.kernels import KernelResult, latest_verification, save_kernel_
 SEEDS = (0, 1, 2)  # one per input distribution (normal, uniform, heavy-tailed)
 
 
+def serve_shapes(impl: Implementation) -> list[dict[str, int]]:
+    """An external kernel is also verified at the shapes the lab backend and training run
+    (the op's "serve" set, from the presets; one seed each): dispatch serves it only where
+    it was verified. Built-ins ship with strata and are not range-limited."""
+    from strata.kernels.spec import get_spec
+
+    if impl.origin != "external":
+        return []
+    return list(get_spec(impl.op).shapes.get("serve", []))
+
+
 def fresh_seeds() -> list[int]:
     """SEEDS moved to a base drawn from the OS for each verification (seed % 3 still cycles
     the distributions): no kernel can ship the answers for the inputs it will be shown.
@@ -144,6 +155,7 @@ def plan(impl: Implementation, ctx: VerifyContext) -> Verdict | Pending:
     # that does not build, or links to what kernels may not, never lands)
     return Pending(impl, device, {"mode": "verify", "device": device,
                                   "dtypes": verify_dtypes(impl, device),
+                                  "serve": serve_shapes(impl),
                                   "seeds": fresh_seeds()}, ctx.policy,
                    COMPILED if compile_only else PASS)
 
@@ -190,6 +202,19 @@ def finish(pending: Pending, result: dict[str, Any], ctx: VerifyContext) -> Verd
         verdict.message = "compiles; not run (no device on this host)"
     _store(ctx, pending.impl, pending.device, verdict, result)
     return verdict
+
+
+def verify_at(impl: Implementation, shape: dict[str, int], conn: sqlite3.Connection,
+              fingerprint: str, caps: HostCaps) -> Verdict:
+    """Verify `impl` at one more shape (a production call outside what it was verified and
+    benchmarked at): sandboxed like any verification, stored, so dispatch's coverage grows —
+    or, if it fails, the latest verdict rejects the kernel everywhere."""
+    ctx = VerifyContext(conn, fingerprint, caps, force=True)
+    p = plan(impl, ctx)
+    if not isinstance(p, Pending):
+        return p
+    p.job["shapes"] = [shape]
+    return finish(p, run_pending(p, caps), ctx)
 
 
 def verify(impl: Implementation, ctx: VerifyContext) -> Verdict:

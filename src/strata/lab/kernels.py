@@ -45,17 +45,14 @@ class Kernels:
     @classmethod
     def resolve(cls, ops: list[str], device: torch.device, conn: Any,
                 say: Callable[[str], None]) -> Kernels:
-        from strata.commands.kernels import session
-        from strata.kernels import Choice
-        from strata.kernels.dispatch import resolve
+        from strata.host import this_host
+        from strata.kernels import choose
         from strata.kernels.ensure import ensure_verified
-        from strata.kernels.spec import get_spec
 
         where = _device_key(device)
-        s = session(conn=conn)
-        ensure_verified(s.conn, s.fingerprint, s.caps, ops, where, say, " for -B lab")
-        return cls(device, {op: Choice(resolve(op, where, s.conn, s.fingerprint, s.caps),
-                                       get_spec(op)) for op in ops})
+        host = this_host(conn)
+        ensure_verified(host.conn, host.fingerprint, host.caps, ops, where, say, " for -B lab")
+        return cls(device, choose(host, ops, where))
 
     def call(self, op: str, out: torch.Tensor, *inputs: torch.Tensor,
              **params: Any) -> torch.Tensor:

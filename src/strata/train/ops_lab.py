@@ -382,15 +382,13 @@ class LabOps:
 
     def __init__(self, device: str, conn: Any,
                  say: Callable[[str], None] = lambda m: None) -> None:
-        from strata.commands.kernels import session
-        from strata.kernels import Choice
-        from strata.kernels.dispatch import resolve
+        from strata.host import this_host
+        from strata.kernels import choose
         from strata.kernels.ensure import ensure_verified
-        from strata.kernels.spec import get_spec
 
         self.device = device
-        s = session(conn=conn)
-        ensure_verified(s.conn, s.fingerprint, s.caps, needed_ops(), device, say,
+        host = this_host(conn)
+        ensure_verified(host.conn, host.fingerprint, host.caps, needed_ops(), device, say,
                         " for training")
         # matmul is resolved from what this host already verified and benchmarked, never
         # verified here: ensure_verified would sandbox-verify its built-ins on a fresh home,
@@ -398,8 +396,7 @@ class LabOps:
         # on CPUs torch's matmul is the faster one at the projection shapes
         # (benchmarks/train_speed.py --matmul). Nothing verified: dispatch's fallback
         # decision is the record, and torch serves the projections.
-        LAB.choices = {op: Choice(resolve(op, device, s.conn, s.fingerprint, s.caps),
-                                  get_spec(op)) for op in (*needed_ops(), MATMUL)}
+        LAB.choices = choose(host, (*needed_ops(), MATMUL), device)
         self.decisions = {op: c.decision for op, c in LAB.choices.items()}
         self.lab_matmul = self.decisions[MATMUL].impl is not None
 
