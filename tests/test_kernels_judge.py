@@ -263,14 +263,16 @@ def test_kernel_figures_timed_on_a_busy_host_say_so(kernel_session: Session) -> 
 def test_an_escape_in_the_benchmark_worker_is_named_too(kernel_session: Session) -> None:
     """The benchmark worker loads kernel code as well: an escape attempted there (here at
     load time) fails the job with its reason, not only in verification."""
-    from strata.kernels.sandbox import SandboxPolicy, run_job
+    from strata.kernels.timing import BenchJob, run_candidates
 
     impl = from_source(ADVERSARIAL / "writes_at_load.py", origin="external")
-    job = {"mode": "bench", "op": "silu_mul", "device": "cpu", "dtype": "float32",
-           "shapes": [{"rows": 2, "cols": 8}], "seed": 0, "flush_bytes": 1 << 20,
-           "cache": "cold", "impls": [impl.to_job()],
-           "policy": {"warmup_s": 0.0, "min_reps": 1, "max_reps": 2, "max_time_s": 0.1}}
-    result = run_job(job, SandboxPolicy(timeout_s=300))
+    job = BenchJob("silu_mul", "cpu", "float32", [{"rows": 2, "cols": 8}],
+                   {"warmup_s": 0.0, "min_reps": 1, "max_reps": 2, "max_time_s": 0.1},
+                   1 << 20, "cold", 300.0)
+    result = run_candidates(job, [impl], 0.0)
+    if result.get("ok"):  # the load failed inside the job: the failure is the row's
+        row = result["rows"][0]["results"][impl.name]
+        result = {"failure": {"reason": row["error"].split(":")[0], "message": row["error"]}}
     assert result["failure"]["reason"] == checks.SANDBOX_VIOLATION, result
     assert "/tmp/strata_escape_load" in result["failure"]["message"]
     assert not os.path.exists("/tmp/strata_escape_load")

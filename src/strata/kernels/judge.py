@@ -57,9 +57,10 @@ def after_return(kernel: RemoteKernel, cid: int, out: Any) -> Failure | None:
     from strata.kernels.checks import same_values
 
     snapshot = out.clone()
-    idle = idle_cpu(kernel.proc)
-    if idle.busy:  # a blip (a page fault storm, the allocator) does not repeat; work does
-        idle = idle_cpu(kernel.proc, settle_s=0.0)
+    # past an OpenMP team's spin after its last region (short in workers, sandbox.py)
+    idle = idle_cpu(kernel.proc, settle_s=0.03, window_s=0.01)
+    if idle.busy:  # a blip (a page fault storm, a preempted spin) does not repeat; work does
+        idle = idle_cpu(kernel.proc, settle_s=0.0, window_s=0.01)
     kernel.refresh([cid])
     if not same_values(out, snapshot):
         return Failure(checks.ASYNC_WRITE, "the output changed after the call returned: work "
@@ -154,7 +155,9 @@ class Verifier:
             out = buffers.guarded_copy(nan_out(spec, shape, dtype, self.arena), self.arena)
             buffers.prefill(out.view, fill, earlier[1] if earlier else None)
             with self.threads.limit(nthreads):
-                failure = self.call(out.view, inputs, params, watch=i == 0) or \
+                # watched once per shape: work after return depends on the size, not values
+                watch = i == 0 and not earlier
+                failure = self.call(out.view, inputs, params, watch=watch) or \
                     buffers.check_canaries({**guarded, "the output": out})
             if failure:
                 return failure

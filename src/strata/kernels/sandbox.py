@@ -30,10 +30,10 @@ class SandboxPolicy:
 
 
 # OpenMP threads spin after a parallel region before they sleep; libgomp's default count
-# (300000 pauses) keeps a core busy for ~20 ms on a VM where a pause is a trap. The judge
+# (300000 pauses) keeps a core busy for tens of ms on a VM where a pause traps. The judge
 # reads a worker's CPU while it idles (work after return shows there), so workers spin
-# briefly (~1 ms): back-to-back regions inside a call still find their team awake.
-SPIN_COUNT = "10000"
+# briefly: back-to-back regions inside a call still find their team awake.
+SPIN_COUNT = "1000"
 
 
 def worker_env(device: str, scratch: Path | None = None) -> dict[str, str]:
