@@ -83,3 +83,14 @@ def local_ring(workers: int = 3) -> Iterator[Any]:
         killed = ring.close()
         print(f"\nworkers closed in {time.perf_counter() - t0:.1f} s, killed: {killed}")
         assert not any(psutil.pid_exists(pid) for pid in ring.pids())
+
+
+def verify_cases(op: str, seeds: int, external: bool = False) -> int:
+    """Cases a passing verification runs, counted by hand from the op's spec: every verify
+    shape at every seed, the serve shapes once (external kernels: what dispatch will call),
+    and each clause's own cases (docs/kernels-abi.md, "Clauses")."""
+    from strata.kernels.spec import get_spec
+
+    spec = get_spec(op)
+    serve = len(spec.shapes.get("serve", [])) if external else 0
+    return seeds * len(spec.shapes["verify"]) + serve + len(spec.clause_cases())

@@ -28,6 +28,26 @@ class Tolerance:
 # standard-normal inputs (e.g. no max-subtraction in softmax) fail on the others.
 DISTRIBUTIONS = ("normal", "uniform", "heavy")
 
+@dataclass(frozen=True)
+class Clause:
+    """One promise of an op's ABI (ignore index, masks, unread rows, empty rows, extreme
+    values, ragged sizes...) with a verification case of its own: verification makes the
+    inputs of `shape` for each seed, calls `apply(inputs, shape, seed)` (which mutates them
+    in place so the case exercises the promise), re-derives dependent inputs (`derive`), then
+    judges the candidate against the float64 reference exactly as a normal case. `text` is
+    the promise as docs/kernels-abi.md states it (its "Clauses" section lists every one)."""
+
+    name: str  # short id, e.g. "ignore_index"
+    text: str  # the ABI promise it checks, one sentence
+    shape: Shape  # a small (verify-sized) shape that exercises it
+    apply: Callable[..., None]  # (inputs, shape, seed) -> None, in place
+    seeds: tuple[int, ...] = (0, 1)
+
+
+def as_made(inputs: Tensors, shape: Shape, seed: int) -> None:
+    """A clause's `apply` when the clause's shape alone exercises it (ragged sizes)."""
+
+
 DEFAULT_TOLERANCES = {
     "float32": Tolerance(1e-5, 1e-5),
     "bfloat16": Tolerance(2e-2, 2e-2),
@@ -60,6 +80,12 @@ class KernelSpec:
     # (linear_f16's weight is float16 next to float32 activations). make_inputs produces it;
     # the contract demands exactly it and leaves it out of the "one float dtype" rule.
     fixed_dtypes: dict[str, str] = field(default_factory=dict)
+    # the promises of the op's ABI row, each fed by a verification case of its own (Clause)
+    clauses: tuple[Clause, ...] = ()
+    # (out, *inputs) -> the call's named shape (the keys of the op's shape sets): what
+    # dispatch checks against the shapes an external kernel was verified at. Reads only
+    # tensor shapes, except attention_cached's P (pos[0], omitted on the meta device).
+    dims: Callable[..., Shape] | None = None
 
     def params_for(self, shape: Shape) -> dict[str, Any]:
         """Params for one shape (attention's scale depends on the head dim)."""
@@ -71,6 +97,10 @@ class KernelSpec:
 
     def vendor(self) -> Callable[..., Any]:
         return self.eager or self.reference
+
+    def clause_cases(self) -> list[tuple[Clause, Shape, int]]:
+        """(clause, shape, seed) of every clause's verification cases, in clause order."""
+        return [(c, dict(c.shape), seed) for c in self.clauses for seed in c.seeds]
 
     def shape_set(self, name: str) -> list[Shape]:
         from strata.errors import InputError
@@ -102,6 +132,15 @@ def get_spec(op: str) -> KernelSpec:
     if op not in specs:
         raise InputError(f"OP {op}: unknown op (choose from {', '.join(specs)})")
     return specs[op]
+
+
+def dims_of(**where: tuple[int, int]) -> Callable[..., Shape]:
+    """A spec's `dims`: each shape name -> (index into (out, *inputs), axis)."""
+
+    def dims(*tensors: Any) -> Shape:
+        return {name: int(tensors[i].shape[axis]) for name, (i, axis) in where.items()}
+
+    return dims
 
 
 def shape_label(shape: Shape) -> str:

@@ -107,5 +107,23 @@ def train_shapes() -> list[dict[str, int]]:
     return unique([{"H": b * h, "Hkv": b * kv, "T": t, "D": d} for b, h, kv, d, t in models])
 
 
+def serve_shapes() -> list[dict[str, int]]:
+    """What `strata train` runs, in two cheap shapes whose box holds every preset's call:
+    the most folded heads (batch x heads) at the shortest context, and one sequence's heads
+    at the longest context (the float64 oracle of the largest call of both would take
+    seconds)."""
+    try:
+        from strata.train.presets import PRESETS
+        models = [(p.batch, p.model.n_heads, p.model.n_kv_heads, p.model.head_dim, p.model.ctx)
+                  for name, p in PRESETS.items() if name in ("tiny", "small")]
+    except ImportError:  # the plan's `tiny` until strata.train exists
+        models = [(16, 4, 2, 32, 128)]
+    b, h, kv, _, _ = max(models, key=lambda m: m[0] * m[1])
+    _, h1, kv1, d1, t = max(models, key=lambda m: m[4])
+    return unique([{"H": b * h, "Hkv": b * kv, "T": min(m[4] for m in models),
+                    "D": max(m[3] for m in models)},
+                   {"H": h1, "Hkv": kv1, "T": t, "D": d1}])
+
+
 def figure_shape() -> dict[str, int]:
     return train_shapes()[0]

@@ -1,8 +1,9 @@
 """Shared spec builder for the float-weight linears (linear_f32, linear_f16): out = x @ wᵀ
 with the weight as GGUF stores it, [N, K] row-major (ne0 = K)."""
 
-from strata.kernels.ops._shapes import ffn_sizes, hidden_sizes, unique
-from strata.kernels.spec import KernelSpec, Tolerance, floats
+from strata.kernels.ops._clauses import ragged
+from strata.kernels.ops._shapes import ffn_sizes, hidden_sizes, lab_rows, smallest_model, unique
+from strata.kernels.spec import Clause, KernelSpec, Tolerance, dims_of, floats
 
 # Small and ragged: B = 1 (decode) and B > 1 (prefill rows; 17: the batched Triton path),
 # N and K off every block size; the last two are just big enough (> 2^18 multiply-adds)
@@ -22,12 +23,26 @@ def llm_shapes() -> list[dict[str, int]]:
                   + [{"B": 1, "N": k, "K": ff} for k, ff in zip(h, f, strict=False)])
 
 
+def serve_shapes() -> list[dict[str, int]]:
+    """-B lab's row range (a decode row, a full prefill chunk) through the smallest model's
+    FFN down projection and square projections: the rows are the point; wider N and K would
+    only slow the float64 oracle (the llm benchmarks reach them)."""
+    decode, chunk = lab_rows()
+    m = smallest_model()
+    return [{"B": decode, "N": m.hidden, "K": m.ffn}, {"B": chunk, "N": m.hidden, "K": m.hidden}]
+
+
+RAGGED = ragged({"B": 3, "N": 13, "K": 19}, "B, N and K")
+DIMS = dims_of(B=(1, 0), N=(2, 0), K=(1, 1))  # (out, x [B,K], w [N,K])
+
+
 FIGURE = [{"B": b, "N": 4096, "K": 4096} for b in (1, 8, 128)] + \
     [{"B": 1, "N": 14336, "K": 4096}]
 
 
 def linear_spec(name: str, summary: str, w_dtype: str | None, w_bytes: int | None,
-                reference, eager, tolerances: dict[str, Tolerance]) -> KernelSpec:
+                reference, eager, tolerances: dict[str, Tolerance],
+                clauses: tuple[Clause, ...] = (RAGGED,)) -> KernelSpec:
     """`w_dtype`: the weight's fixed dtype (None: the call's float dtype, like x);
     `w_bytes`: its bytes per element (None: the call's element size)."""
 
@@ -50,7 +65,10 @@ def linear_spec(name: str, summary: str, w_dtype: str | None, w_bytes: int | Non
         flops=lambda s: 2.0 * s["B"] * s["N"] * s["K"],
         bytes=nbytes,
         sizes=lambda o, x, w: (x.shape[0], w.shape[0], x.shape[1]),
-        shapes={"verify": VERIFY, "llm": llm_shapes(), "figure": FIGURE},
+        shapes={"verify": VERIFY, "llm": llm_shapes(), "figure": FIGURE,
+                "serve": serve_shapes()},
+        dims=DIMS,
+        clauses=clauses,
         tolerances=tolerances,
         fixed_dtypes={"w": w_dtype} if w_dtype else {},
     )

@@ -29,8 +29,10 @@ from __future__ import annotations
 from typing import Any
 
 from strata.kernels.ops import _quant
+from strata.kernels.ops._clauses import special_scales
+from strata.kernels.ops._linear_f import serve_shapes
 from strata.kernels.ops._shapes import ffn_sizes, hidden_sizes, model_dims, unique
-from strata.kernels.spec import KernelSpec, Tolerance, floats, register
+from strata.kernels.spec import Clause, KernelSpec, Tolerance, dims_of, floats, generator, register
 
 QK = _quant.QK
 PREFILL_ROWS = 64  # a prefill chunk of prompt tokens through the same op
@@ -127,6 +129,48 @@ def plant_blocks(x: Any, seed: int) -> Any:
     return x
 
 
+def _ties(inputs, shape, seed):
+    """Every block of x made of exact ties, as plant_blocks' tie block: values (k + 0.5)·2^e
+    and k·2^e with one ±127·2^e (amax), so id = 2^-e and x·id = k + 0.5 exactly."""
+    import torch
+
+    x = inputs[0]
+    b, nb = x.shape[0], x.shape[1] // QK
+    g = generator(seed * 7 + 3)
+    e = torch.randint(-5, 4, (b, nb, 1), generator=g).to(torch.float32)
+    vals = torch.randint(-126, 126, (b, nb, QK), generator=g).to(torch.float32)
+    vals += 0.5 * (torch.rand(b, nb, QK, generator=g) < 0.6).to(torch.float32)
+    top = torch.randint(0, QK, (b, nb, 1), generator=g)
+    sign = torch.where(torch.rand(b, nb, 1, generator=g) < 0.5, -127.0, 127.0)
+    vals.scatter_(2, top, sign)
+    x.copy_((vals * 2.0 ** e).reshape(x.shape).to(x.dtype))
+
+
+def _zero_blocks(inputs, shape, seed):
+    """Blocks 0, 2, 4, ... of every row of x all zeros."""
+    x = inputs[0]
+    x.view(x.shape[0], -1, QK)[:, 0::2] = 0.0
+
+
+def _tiny_rows(inputs, shape, seed):
+    """Every row of x scaled to amax 4e-3: amax/127 ~ 3e-5, an fp16 subnormal (< 6.1e-5)."""
+    x = inputs[0]
+    x.mul_(4e-3 / x.abs().amax(dim=1, keepdim=True).clamp_min(1e-30))
+
+
+def _clauses(kind: str) -> tuple[Clause, ...]:
+    shape = {"B": 3, "N": 9, "K": 128}
+    return (
+        Clause("ties", "x·id exactly halfway between two integers rounds half to even "
+               "(q_x = round_half_even(x·id)), not away from zero.", shape, _ties),
+        Clause("zero_block", "An all-zero block of x (amax 0) gets d_x = 0 and id = 0 and "
+               "contributes 0 (no 0/0, no NaN).", shape, _zero_blocks),
+        Clause("subnormal_dx", "A block of x whose amax/127 lies below fp16's normal range "
+               "keeps its fp16 subnormal d_x (no flush to zero).", shape, _tiny_rows),
+        special_scales(kind, 1, {"B": 3, "N": 12, "K": 128}, name="weight_scales"),
+    )
+
+
 def _spec(kind: str) -> KernelSpec:
     block = _quant.BLOCK_BYTES[kind]
 
@@ -165,12 +209,15 @@ def _spec(kind: str) -> KernelSpec:
         flops=lambda s: 2.0 * s["B"] * s["N"] * s["K"],
         bytes=lambda s, e: float(weight_bytes(s) + 4 * s["B"] * (s["K"] + s["N"])),
         sizes=lambda o, x, w: (x.shape[0], w.shape[0], x.shape[1]),
+        dims=dims_of(B=(1, 0), N=(2, 0), K=(1, 1)),
+        clauses=_clauses(kind),
         shapes={
             "verify": [{"B": 1, "N": 1, "K": 32}, {"B": 1, "N": 7, "K": 96},
                        {"B": 3, "N": 40, "K": 64}, {"B": 2, "N": 33, "K": 256},
                        {"B": 5, "N": 19, "K": 1024}, {"B": 9, "N": 70, "K": 160}],
             "llm": llm,
             "figure": [{"B": 1, "N": 4096, "K": 4096}, {"B": PREFILL_ROWS, "N": 4096, "K": 4096}],
+            "serve": serve_shapes(),
         },
         tolerances={"float32": TOLERANCE},
     )

@@ -49,3 +49,14 @@ def training_dims() -> list[TrainDims]:
     if widest < _PLANNED[1].hidden:
         found.append(_PLANNED[1])
     return sorted({d.hidden: d for d in found}.values(), key=lambda d: d.hidden)
+
+
+def trained_dims() -> list[TrainDims]:
+    """Only what `strata train` runs (its presets; the planned `tiny` before they exist):
+    the "serve" shapes, unlike training_dims() which adds a wider model for benchmarks."""
+    return sorted(_from_presets() or list(_PLANNED[:1]), key=lambda d: d.tokens)
+
+
+def serve_rows_by(col: str) -> list[dict[str, int]]:
+    """{rows: batch x ctx, cols: the preset's `col` (hidden, ffn)} per training preset."""
+    return [{"rows": d.tokens, "cols": getattr(d, col)} for d in trained_dims()]

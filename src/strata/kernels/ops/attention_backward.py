@@ -18,9 +18,14 @@ from strata.kernels.ops._attention_grad import (
     forward,
     qkv,
     scale_for,
+    serve_shapes,
     train_shapes,
 )
-from strata.kernels.spec import KernelSpec, Tolerance, floats, register
+from strata.kernels.ops._clauses import GQA_BACKWARD, causal, gqa
+from strata.kernels.spec import KernelSpec, Tolerance, dims_of, floats, register
+
+CLAUSES = (causal({"H": 2, "Hkv": 1, "T": 9, "D": 8}),
+           gqa({"H": 6, "Hkv": 2, "T": 5, "D": 8}, GQA_BACKWARD))
 
 
 def _inputs(s, dtype, seed, device):
@@ -91,7 +96,10 @@ SPEC = register(KernelSpec(
     flops=_flops,
     bytes=_bytes,
     sizes=lambda out, q, k, v, o, lse, dout: (q.shape[0], k.shape[0], q.shape[1], q.shape[2]),
-    shapes={"verify": VERIFY_SHAPES, "llm": train_shapes(), "figure": [figure_shape()]},
+    dims=dims_of(H=(1, 0), Hkv=(2, 0), T=(1, 1), D=(1, 2)),
+    clauses=CLAUSES,
+    shapes={"verify": VERIFY_SHAPES, "llm": train_shapes(), "figure": [figure_shape()],
+            "serve": serve_shapes()},
     # float32 scores of heavy-tailed inputs reach |s| ~ 1e2-1e3; their rounding moves each
     # p by ~|s| * 2^-24 * sqrt(D) relative, ds = p * (dout.v - delta) subtracts two dot
     # products of similar size, and dq/dk/dv sum up to T (x group) such terms. Measured

@@ -21,8 +21,15 @@ by O(rms).
 
 import math
 
-from strata.kernels.ops._shapes import attention_heads, unique
-from strata.kernels.spec import KernelSpec, Tolerance, floats, register
+from strata.kernels.ops._clauses import gqa
+from strata.kernels.ops._shapes import (
+    attention_heads,
+    lab_rows,
+    largest_model,
+    smallest_model,
+    unique,
+)
+from strata.kernels.spec import Clause, KernelSpec, Tolerance, as_made, floats, register
 
 
 def _inputs(s, dtype, seed, device):
@@ -65,6 +72,24 @@ def _eager(q, k, v, pos, scale):
     return out[0]
 
 
+def _poison(inputs, shape, seed):
+    """Cache rows P+T..C-1 of k and v set to NaN, ±inf or ±1e30 (seed 0, 1, 2)."""
+    _, k, v, _ = inputs
+    p, t = shape["P"], shape["T"]
+    fill = (float("nan"), float("inf"), 1e30)[seed % 3]
+    k[:, p + t:] = fill
+    v[:, p + t:] = -fill
+
+
+def _dims(out, q, k, v, pos):
+    """The call's shape; P is pos[0] (one int64 read), left out on the meta device (no
+    value there)."""
+    dims = {"H": int(q.shape[0]), "Hkv": int(k.shape[0]), "T": int(q.shape[1])}
+    if pos.device.type != "meta":
+        dims["P"] = int(pos[0])
+    return {**dims, "C": int(k.shape[1]), "D": int(q.shape[2])}
+
+
 def _keys(s):
     """Σ_t (P + t + 1): query-key pairs over the T queries."""
     return s["T"] * s["P"] + s["T"] * (s["T"] + 1) / 2
@@ -72,6 +97,28 @@ def _keys(s):
 
 def _shape(h, hkv, t, p, c, d):
     return {"H": h, "Hkv": hkv, "T": t, "P": p, "C": c, "D": d}
+
+
+CLAUSES = (
+    Clause("unread_rows", "Cache rows from P+T on are never read: NaN, ±inf or ±1e30 there "
+           "change nothing.", {"H": 2, "Hkv": 1, "T": 3, "P": 4, "C": 12, "D": 8}, _poison,
+           seeds=(0, 1, 2)),
+    Clause("pos", "P is read from pos[0] at call time: query t attends cache rows 0..P+t, "
+           "the P rows before the queries' own included.",
+           {"H": 2, "Hkv": 1, "T": 3, "P": 9, "C": 12, "D": 8}, as_made),
+    gqa({"H": 6, "Hkv": 2, "T": 2, "P": 5, "C": 9, "D": 8}),
+)
+
+
+def _serve():
+    """-B lab's calls: a decode step of the largest model at the llm set's deepest cache
+    (4095 rows), the first decode step (P = 0) of the smallest, and a full prefill chunk
+    (lab_rows) of the smallest from an empty cache."""
+    decode, chunk = lab_rows()
+    big, small = largest_model(), smallest_model()
+    return [_shape(big.heads, big.kv_heads, decode, 4095, 4096, big.head_dim),
+            _shape(small.heads, small.kv_heads, decode, 0, 1, small.head_dim),
+            _shape(small.heads, small.kv_heads, chunk, 0, chunk, small.head_dim)]
 
 
 def _llm():
@@ -95,6 +142,8 @@ SPEC = register(KernelSpec(
                                   + 2 * s["Hkv"] * (s["P"] + s["T"]) * s["D"]) + 8),
     sizes=lambda o, q, k, v, pos: (q.shape[0], k.shape[0], q.shape[1], k.shape[1],
                                    q.shape[2]),
+    dims=_dims,
+    clauses=CLAUSES,
     shapes={
         "verify": [_shape(1, 1, 1, 0, 1, 4), _shape(4, 2, 1, 37, 45, 16),
                    _shape(2, 1, 5, 0, 9, 64), _shape(3, 3, 7, 12, 20, 8),
@@ -104,6 +153,7 @@ SPEC = register(KernelSpec(
                    _shape(4, 2, 4, 170, 180, 100)],
         "llm": _llm(),
         "figure": [_shape(32, 8, 1, 4095, 4096, 128), _shape(32, 8, 128, 384, 512, 128)],
+        "serve": _serve(),
     },
     tolerances={"float32": Tolerance(5e-5, 1e-4), "bfloat16": Tolerance(2e-2, 2e-2),
                 "float16": Tolerance(2e-3, 2e-3)},

@@ -13,9 +13,15 @@ from strata.kernels.ops._attention_grad import (
     forward,
     qkv,
     scale_for,
+    serve_shapes,
     train_shapes,
 )
-from strata.kernels.spec import KernelSpec, Tolerance, register
+from strata.kernels.ops._clauses import causal, gqa, large_scores
+from strata.kernels.spec import KernelSpec, Tolerance, dims_of, register
+
+CLAUSES = (causal({"H": 2, "Hkv": 1, "T": 9, "D": 8}),
+           gqa({"H": 6, "Hkv": 2, "T": 5, "D": 8}),
+           large_scores({"H": 4, "Hkv": 2, "T": 7, "D": 8}, causal_mask=True))
 
 
 def _reference(q, k, v, scale):
@@ -51,7 +57,10 @@ SPEC = register(KernelSpec(
     bytes=lambda s, e: float(e * (2 * s["H"] * s["T"] * s["D"] + 2 * s["Hkv"] * s["T"] * s["D"]
                                   + s["H"] * s["T"])),
     sizes=lambda o, q, k, v: (q.shape[0], k.shape[0], q.shape[1], q.shape[2]),
-    shapes={"verify": VERIFY_SHAPES, "llm": train_shapes(), "figure": [figure_shape()]},
+    dims=dims_of(H=(1, 0), Hkv=(2, 0), T=(1, 1), D=(1, 2)),
+    clauses=CLAUSES,
+    shapes={"verify": VERIFY_SHAPES, "llm": train_shapes(), "figure": [figure_shape()],
+            "serve": serve_shapes()},
     # As `attention`: o is a convex mix of v rows (float32 sums of up to T terms), and lse
     # is a float32 max plus the log of a float32 sum; the atol term scales with the packed
     # buffer's RMS, which lse (|lse| ~ log T + max score) can lift above 1.

@@ -11,7 +11,8 @@ target outside [0, V) (e.g. ignore_index -100) gives loss 0 and a zero gradient 
 """
 
 from strata.kernels.ops._shapes import unique
-from strata.kernels.spec import KernelSpec, Tolerance, floats, generator, register
+from strata.kernels.ops.cross_entropy import LARGE_LOGITS, large_logits
+from strata.kernels.spec import Clause, KernelSpec, Tolerance, dims_of, floats, generator, register
 
 # A vocabulary of a real tokenizer (Llama 2's 32000) for the larger training shape.
 LARGER_VOCAB, LARGER_ROWS = 32000, 1024
@@ -28,15 +29,48 @@ def _inputs(s, dtype, seed, device):
 
 
 def _reference(logits, target):
-    """torch autograd of F.cross_entropy (reduction none) per row."""
+    """Closed form, in the logits' dtype: loss = logsumexp - x[target], dlogits = softmax -
+    onehot (F.cross_entropy's value and gradient); a row whose target lies outside [0, V)
+    gets loss 0 and a zero gradient row (F.cross_entropy would raise for most of them)."""
     import torch
-    import torch.nn.functional as F
 
-    with torch.enable_grad():
-        x = logits.detach().requires_grad_()
-        loss = F.cross_entropy(x, target, reduction="none")
-        (dlogits,) = torch.autograd.grad(loss.sum(), x)
-    return torch.cat([loss.detach(), dlogits.reshape(-1)])
+    ok = (target >= 0) & (target < logits.shape[1])
+    safe = target.where(ok, 0)[:, None]
+    lse = torch.logsumexp(logits, dim=-1)
+    loss = (lse - logits.gather(1, safe)[:, 0]).where(ok, 0.0)
+    dlogits = torch.softmax(logits, dim=-1)
+    dlogits.scatter_add_(1, safe, -torch.ones_like(safe, dtype=dlogits.dtype))
+    dlogits = dlogits.where(ok[:, None], 0.0)
+    return torch.cat([loss, dlogits.reshape(-1)])
+
+
+def _ignored_targets(inputs, shape, seed):
+    """Targets of rows r % 6 in {0, 1, 3} set to -100 (ignore_index), V and -1."""
+    target, v = inputs[1], shape["V"]
+    target[0::6] = -100
+    target[1::6] = v + seed  # V, V + 1: just past the end
+    target[3::6] = -1
+
+
+CLAUSES = (
+    Clause("ignore_index", "A target outside [0, V) (ignore_index -100, -1, V, ...) gives "
+           "loss 0 and a zero gradient row.", {"rows": 6, "V": 33}, _ignored_targets),
+    Clause("large_logits", LARGE_LOGITS, {"rows": 4, "V": 257}, large_logits),
+)
+
+
+def _serve():
+    """Training's loss over batch x ctx rows: the most rows with the smallest vocabulary, and
+    one batch's rows with the largest (one call of both at once would make the float64
+    oracle slow)."""
+    try:
+        from strata.train.presets import PRESETS
+        found = [(p.batch, p.batch * p.model.ctx, p.model.vocab)
+                 for name, p in PRESETS.items() if name in ("tiny", "small")]
+    except ImportError:
+        found = [(16, 16 * 128, 1024)]
+    return unique([{"rows": max(r for _, r, _ in found), "V": min(v for _, _, v in found)},
+                   {"rows": min(b for b, _, _ in found), "V": max(v for _, _, v in found)}])
 
 
 def _eager(logits, target):
@@ -83,6 +117,8 @@ SPEC = register(KernelSpec(
     # dlogits written; target (int64) read and loss (float32) written per row
     bytes=lambda s, e: float(e * s["rows"] * s["V"] + 4 * s["rows"] * s["V"] + 12 * s["rows"]),
     sizes=lambda o, logits, t: tuple(logits.shape),
+    dims=dims_of(rows=(1, 0), V=(1, 1)),
+    clauses=CLAUSES,
     shapes={
         "verify": [{"rows": 1, "V": 1}, {"rows": 1, "V": 10}, {"rows": 3, "V": 1000},
                    {"rows": 5, "V": 257},
@@ -90,6 +126,7 @@ SPEC = register(KernelSpec(
                    {"rows": 259, "V": 4099}],
         "llm": _shapes(),
         "figure": [_shapes()[0]],
+        "serve": _serve(),
     },
     # dlogits are probabilities (|.| <= 1, mostly ~1/V) computed as exp(x - max) / sum in
     # float32, so their error is a few ulp of 1 at most: the default 1e-5 atol holds. The

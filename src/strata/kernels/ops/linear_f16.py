@@ -11,8 +11,24 @@ rms), rtol 1e-5) sits between the two, so it separates a kernel that rounds x fr
 does not (tests/test_kernels_linear_f.py checks that it does).
 """
 
-from strata.kernels.ops._linear_f import linear_spec
-from strata.kernels.spec import Tolerance, register
+from strata.kernels.ops._linear_f import RAGGED, linear_spec
+from strata.kernels.spec import Clause, Tolerance, register
+
+
+def _ties(inputs, shape, seed):
+    """Every x exactly halfway between two neighbouring float16 values (x's float16 value
+    and the next one away from zero)."""
+    import torch
+
+    x = inputs[0]
+    h = x.to(torch.float16)
+    away = (h.view(torch.int16) + 1).view(torch.float16)  # sign-magnitude: one ulp further
+    x.copy_(((h.to(torch.float32) + away.to(torch.float32)) / 2).to(x.dtype))
+
+
+X_TIES = Clause("x_ties", "x is rounded to float16 with ties to even before the products: "
+                "an x exactly halfway between two float16 values takes the even one.",
+                {"B": 3, "N": 9, "K": 64}, _ties)
 
 
 def _reference(x, w):
@@ -32,4 +48,4 @@ SPEC = register(linear_spec(
     "linear_f16", "out = f16(x) @ wᵀ, GGUF F16 weight [N,K] (ggml's F16 numerics)",
     "float16", 2, _reference, _eager,
     {"float32": Tolerance(1e-5, 1e-5), "bfloat16": Tolerance(2e-2, 2e-2),
-     "float16": Tolerance(2e-3, 2e-3)}))
+     "float16": Tolerance(2e-3, 2e-3)}, clauses=(X_TIES, RAGGED)))

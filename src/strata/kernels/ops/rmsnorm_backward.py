@@ -7,8 +7,16 @@ With r = 1/sqrt(mean(x^2) + eps) per row and g = dy * w:
 """
 
 from strata.kernels.ops._shapes import unique
-from strata.kernels.ops._training import training_dims
-from strata.kernels.spec import KernelSpec, Tolerance, floats, register
+from strata.kernels.ops._training import serve_rows_by, training_dims
+from strata.kernels.ops.rmsnorm import NEAR_EPS, near_eps, zero_row
+from strata.kernels.spec import Clause, KernelSpec, Tolerance, dims_of, floats, register
+
+EPS = 1e-5
+CLAUSES = (
+    Clause("zero_row", "A row of zeros gives finite gradients: r = 1/sqrt(eps), dx = r·dy·w, "
+           "and the row adds nothing to dw.", {"rows": 3, "cols": 33}, zero_row),
+    Clause("near_eps", NEAR_EPS, {"rows": 3, "cols": 40}, near_eps(EPS)),
+)
 
 
 def _inputs(s, dtype, seed, device):
@@ -57,11 +65,13 @@ SPEC = register(KernelSpec(
     out_shape=lambda s: (s["rows"] * s["cols"] + s["cols"],),
     reference=_reference,
     eager=_eager,
-    params={"eps": 1e-5},
+    params={"eps": EPS},
     # per element: x^2 and g*x accumulations (4), g (1), dx (3), dw's dy*x*r accumulation (3)
     flops=lambda s: 11.0 * s["rows"] * s["cols"],
     bytes=lambda s, e: float(e * (3 * s["rows"] * s["cols"] + 2 * s["cols"])),
     sizes=lambda o, x, w, dy: tuple(x.shape),
+    dims=dims_of(rows=(1, 0), cols=(1, 1)),
+    clauses=CLAUSES,
     # dx subtracts two terms of the same size (r*g and the projection onto x), and dw sums
     # `rows` float32 products: both lose more than one rounding against the float64 oracle,
     # so 4x the elementwise default (still far below what a missing term or row costs).
@@ -75,5 +85,6 @@ SPEC = register(KernelSpec(
                    {"rows": 67, "cols": 7919}],
         "llm": _shapes(),
         "figure": [{"rows": 4096, "cols": 2048}],
+        "serve": serve_rows_by("hidden"),
     },
 ))

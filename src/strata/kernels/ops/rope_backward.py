@@ -7,8 +7,10 @@ for i < D/2, dx[i] = dy[i]*c[i] + dy[i+D/2]*s[i] and dx[i+D/2] = dy[i+D/2]*c[i] 
 
 from strata.kernels.ops import rope
 from strata.kernels.ops._shapes import unique
-from strata.kernels.ops._training import training_dims
-from strata.kernels.spec import KernelSpec, floats, register
+from strata.kernels.ops._training import trained_dims, training_dims
+from strata.kernels.spec import Clause, KernelSpec, dims_of, floats, register
+
+CLAUSES = (Clause("tables", rope.TABLES, {"T": 5, "H": 3, "D": 16}, rope.given_tables),)
 
 
 def _inputs(s, dtype, seed, device):
@@ -43,6 +45,12 @@ def _shapes() -> list[dict[str, int]]:
                    for h in (d.heads, d.kv_heads)])
 
 
+def _serve() -> list[dict[str, int]]:
+    """What a training step ropes back: q's heads and k's kv heads over batch x ctx."""
+    return unique([{"T": d.tokens, "H": h, "D": d.head_dim} for d in trained_dims()
+                   for h in (d.heads, d.kv_heads)])[-2:]
+
+
 SPEC = register(KernelSpec(
     name="rope_backward",
     summary="rotate-half RoPE's gradient: dy rotated back (sin negated)",
@@ -54,6 +62,8 @@ SPEC = register(KernelSpec(
     flops=lambda s: 3.0 * s["T"] * s["H"] * s["D"],
     bytes=lambda s, e: float(e * (2 * s["T"] * s["H"] * s["D"] + s["T"] * s["D"])),
     sizes=lambda o, dy, c, s: tuple(dy.shape),
+    dims=dims_of(T=(1, 0), H=(1, 1), D=(1, 2)),
+    clauses=CLAUSES,
     # the default tolerance: two products and one sum per element, like the forward
     shapes={
         "verify": [{"T": 1, "H": 1, "D": 2}, {"T": 5, "H": 3, "D": 16},
@@ -61,5 +71,6 @@ SPEC = register(KernelSpec(
                    {"T": 33, "H": 3, "D": 34}],
         "llm": _shapes(),
         "figure": [{"T": 4096, "H": 32, "D": 128}],
+        "serve": _serve(),
     },
 ))

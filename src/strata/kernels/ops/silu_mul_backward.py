@@ -4,9 +4,17 @@ One output buffer holds both results, packed: out = [da (rows*cols) | db (rows*c
 With s = sigmoid(a):  da = dy * b * s * (1 + a * (1 - s)),  db = dy * a * s.
 """
 
+from strata.kernels.ops._clauses import ragged, saturate
 from strata.kernels.ops._shapes import unique
-from strata.kernels.ops._training import training_dims
-from strata.kernels.spec import KernelSpec, floats, register
+from strata.kernels.ops._training import serve_rows_by, training_dims
+from strata.kernels.spec import Clause, KernelSpec, dims_of, floats, register
+
+CLAUSES = (
+    Clause("saturation", "A large |a| (±89 to ±1e4, where e^|a| overflows float32) "
+           "saturates: da tends to dy·b for a ≫ 0, da and db to 0 for a ≪ 0, never NaN.",
+           {"rows": 4, "cols": 33}, saturate),
+    ragged({"rows": 3, "cols": 7}, "n = rows·cols"),
+)
 
 
 def _inputs(s, dtype, seed, device):
@@ -55,6 +63,8 @@ SPEC = register(KernelSpec(
     flops=lambda s: 10.0 * s["rows"] * s["cols"],
     bytes=lambda s, e: 5.0 * e * s["rows"] * s["cols"],
     sizes=lambda o, a, b, dy: (a.numel(),),
+    dims=dims_of(rows=(1, 0), cols=(1, 1)),
+    clauses=CLAUSES,
     # the default tolerance: elementwise, no reduction; measured worst errors are under a
     # fifth of it (da's two terms s and a*s*(1-s) partly cancel, the vectorised exp is ~2 ulp)
     shapes={
@@ -62,5 +72,6 @@ SPEC = register(KernelSpec(
                    {"rows": 2, "cols": 1000}, {"rows": 4, "cols": 257}],
         "llm": _shapes(),
         "figure": [{"rows": 4096, "cols": 8192}],
+        "serve": serve_rows_by("ffn"),
     },
 ))

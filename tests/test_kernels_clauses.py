@@ -1,0 +1,480 @@
+"""Every clause of the kernel ABI exercised ("Trust the judge"): each spec lists its clauses
+(spec.Clause), each clause has a verification case and is written in docs/kernels-abi.md,
+each case really exercises its clause (a computation that ignores it is outside the op's
+tolerance there), and the vendor paths and built-in C kernels honour every one. Also the
+call dims (spec.dims) and the "serve" shape sets."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from strata.kernels import checks
+from strata.kernels.ops import _quant
+from strata.kernels.ops._linear_q import linear as linear_q
+from strata.kernels.ops.rope import tables
+from strata.kernels.spec import Clause, KernelSpec, Shape, all_specs, get_spec
+
+ROOT = Path(__file__).parents[1]
+SPECS = all_specs()
+NAN = float("nan")
+
+
+def _normalised(text: str) -> str:
+    return " ".join(text.split())
+
+
+DOC = _normalised((ROOT / "docs" / "kernels-abi.md").read_text("utf-8"))
+
+
+def _case(spec: KernelSpec, clause: Clause, seed: int, dtype: str = "float32") -> \
+        tuple[Shape, list[Any], dict[str, Any]]:
+    """What the verifier does for a clause case: make, apply, re-derive."""
+    shape = dict(clause.shape)
+    inputs = spec.make_inputs(shape, dtype, seed, "cpu")
+    clause.apply(inputs, shape, seed)
+    params = spec.params_for(shape)
+    if spec.derive is not None:
+        spec.derive(inputs, **params)
+    return shape, inputs, params
+
+
+def _oracle(spec: KernelSpec, inputs: list[Any], params: dict[str, Any]) -> Any:
+    wide = [t.double() if t.is_floating_point() else t for t in inputs]
+    return spec.reference(*wide, **params)
+
+
+def _f64(inputs: list[Any]) -> list[Any]:
+    return [t.double() if t.is_floating_point() else t for t in inputs]
+
+
+# -- violators: for each clause, a computation that ignores it ----------------------------------
+
+def _nan_tail(out: Any, n: int, width: int = 8) -> Any:
+    """`out` with its last n % width entries along the last axis left unwritten (NaN)."""
+    out = out.clone()
+    out[..., n // width * width:] = NAN
+    return out
+
+
+def _drop_k_tail(x: Any, w: Any) -> Any:
+    """x [B,K] @ w [N,K]ᵀ over K's full vectors of 8 only, N's tail unwritten."""
+    k8 = x.shape[1] // 8 * 8
+    return _nan_tail(x[:, :k8].double() @ w[:, :k8].double().T, w.shape[0])
+
+
+def _tile(t: Any, groups: int) -> Any:
+    """kv heads laid out so head h reads kv head h % Hkv (the wrong GQA mapping)."""
+    return t.repeat(groups, *([1] * (t.dim() - 1)))
+
+
+def _groups(q: Any, k: Any) -> int:
+    return q.shape[0] // k.shape[0]
+
+
+def _unshifted_softmax32(s: Any, dim: int = -1) -> Any:
+    e = torch.exp(s.float())
+    return e / e.sum(dim, keepdim=True)
+
+
+def _scores(q: Any, k: Any, scale: float, causal: bool) -> Any:
+    k = k.repeat_interleave(_groups(q, k), dim=0)
+    s = (q @ k.transpose(-1, -2)) * scale
+    if causal:
+        t = q.shape[1]
+        s = s.masked_fill(torch.ones(t, t, dtype=torch.bool).triu(1), float("-inf"))
+    return s
+
+
+def _flush_subnormal_scales(kind: str, w: Any) -> Any:
+    """The blocks with every fp16-subnormal scale flushed to +0."""
+    n = w.shape[0]
+    blocks = w.clone().view(n, -1, _quant.BLOCK_BYTES[kind])
+    d = blocks[:, :, :2].contiguous().view(torch.float16)
+    d = torch.where(d.abs() < 6.1e-5, torch.zeros_like(d), d)
+    blocks[:, :, :2] = d.view(torch.uint8).view(n, -1, 2)
+    return blocks.reshape(w.shape)
+
+
+def _linear_q(kind: str, x: Any, w: Any, *, half_away: bool = False, guard: bool = True,
+              flush_dx: bool = False) -> Any:
+    """_linear_q.linear with one of ggml's rules broken."""
+    B, K = x.shape
+    blocks = x.float().reshape(B, -1, _quant.QK)
+    amax = blocks.abs().amax(dim=-1)
+    d = (amax / 127.0).to(torch.float16).to(torch.float32)
+    if flush_dx:
+        d = torch.where(d < 6.1e-5, torch.zeros_like(d), d)
+    inv = torch.where(amax != 0, 127.0 / amax.clamp_min(1e-38), 0.0) if guard else 127.0 / amax
+    v = blocks * inv.unsqueeze(-1)
+    q = torch.sign(v) * torch.floor(v.abs() + 0.5) if half_away else torch.round(v)
+    ax = (q * d.unsqueeze(-1)).double().reshape(B, K)
+    return (ax @ _quant.dequantize(kind, w, K).T).float()
+
+
+def _ce_unshifted(logits: Any, target: Any) -> tuple[Any, Any]:
+    x = logits.float()
+    e = torch.exp(x)
+    s = e.sum(-1)
+    loss = torch.log(s) - x.gather(1, target[:, None])[:, 0]
+    d = e / s[:, None]
+    d.scatter_add_(1, target[:, None], -torch.ones(len(target), 1))
+    return loss, d
+
+
+def _silu_backward32(a: Any, b: Any, dy: Any) -> Any:
+    a, b, dy = a.float(), b.float(), dy.float()
+    s = torch.exp(a) / (1 + torch.exp(a))
+    return torch.cat([(dy * b * s * (1 + a * (1 - s))).reshape(-1), (dy * a * s).reshape(-1)])
+
+
+def _rms_no_eps_backward(x: Any, w: Any, dy: Any) -> Any:
+    with torch.enable_grad():
+        xg, wg = x.double().requires_grad_(), w.double().requires_grad_()
+        y = xg * torch.rsqrt(xg.pow(2).mean(-1, keepdim=True)) * wg
+        dx, dw = torch.autograd.grad(y, (xg, wg), dy.double())
+    return torch.cat([dx.reshape(-1), dw.reshape(-1)])
+
+
+def _standard_tables(spec: KernelSpec, inputs: list[Any]) -> Any:
+    """The op recomputed with theta 10000 at positions 0..T-1, ignoring the given tables."""
+    x = inputs[0]
+    c, s = tables(torch.arange(x.shape[0]), x.shape[-1], torch.float64, "cpu")
+    return spec.reference(x.double(), c, s)
+
+
+def _attention_backward_gqa(spec: KernelSpec, inputs: list[Any], scale: float) -> Any:
+    q, k, v, o, lse, dout = _f64(inputs)
+    g, hkv = _groups(q, k), k.shape[0]
+    packed = spec.reference(q, _tile(k, g), _tile(v, g), o, lse, dout, scale=scale)
+    n = q.numel()
+    dk, dv = packed[n:n + n].view(q.shape), packed[2 * n:].view(q.shape)
+    fold = [t.reshape(g, hkv, *t.shape[1:]).sum(0).reshape(-1) for t in (dk, dv)]
+    return torch.cat([packed[:n], *fold])
+
+
+def _attention_backward_unmasked(inputs: list[Any], scale: float) -> Any:
+    q, k, v, _, _, dout = _f64(inputs)
+    with torch.enable_grad():
+        qg, kg, vg = (t.requires_grad_() for t in (q.clone(), k.clone(), v.clone()))
+        g = _groups(qg, kg)
+        s = (qg @ kg.repeat_interleave(g, 0).transpose(-1, -2)) * scale
+        out = torch.softmax(s, -1) @ vg.repeat_interleave(g, 0)
+        grads = torch.autograd.grad(out, (qg, kg, vg), dout)
+    return torch.cat([t.reshape(-1) for t in grads])
+
+
+Violator = Callable[[KernelSpec, list[Any], dict[str, Any], Shape], Any]
+
+
+def _v_ragged(spec: KernelSpec, i: list[Any], p: dict[str, Any], s: Shape) -> Any:
+    if spec.name == "matmul":
+        return _drop_k_tail(i[0], i[1].T)
+    if spec.name == "linear_f16":
+        return _drop_k_tail(i[0].half(), i[1])
+    if spec.name == "linear_f32":
+        return _drop_k_tail(i[0], i[1])
+    ref = _oracle(spec, i, p)
+    if spec.name.startswith("matvec"):
+        return _nan_tail(ref, s["N"])
+    n = s["rows"] * s["cols"]  # silu_mul(_backward): the flat tail of each result unwritten
+    return torch.cat([_nan_tail(part, n) for part in ref.reshape(-1).split(n)])
+
+
+def _cached(spec: KernelSpec, i: list[Any], p: dict[str, Any], pos: int) -> Any:
+    q, k, v, _ = _f64(i)
+    return spec.reference(q, k, v, torch.tensor([pos]), **p)
+
+
+VIOLATORS: dict[tuple[str, str], Violator] = {
+    ("matmul", "ragged"): _v_ragged,
+    ("linear_f32", "ragged"): _v_ragged,
+    ("linear_f16", "ragged"): _v_ragged,
+    ("matvec_q8_0", "ragged"): _v_ragged,
+    ("matvec_q4_0", "ragged"): _v_ragged,
+    ("silu_mul", "ragged"): _v_ragged,
+    ("silu_mul_backward", "ragged"): _v_ragged,
+    # x used as float32, not rounded to float16 first
+    ("linear_f16", "x_ties"): lambda sp, i, p, s: i[0].double() @ i[1].double().T,
+    ("matvec_q8_0", "special_scales"):
+        lambda sp, i, p, s: sp.reference(_flush_subnormal_scales("q8_0", i[0]), i[1].double()),
+    ("matvec_q4_0", "special_scales"):
+        lambda sp, i, p, s: sp.reference(_flush_subnormal_scales("q4_0", i[0]), i[1].double()),
+    ("softmax", "large_logits"): lambda sp, i, p, s: _unshifted_softmax32(i[0]),
+    ("softmax", "neg_inf"): lambda sp, i, p, s: _online_softmax_unguarded(i[0].double()),
+    ("layernorm", "constant_row"): lambda sp, i, p, s: _layernorm(*_f64(i), eps=0.0),
+    ("rmsnorm", "zero_row"): lambda sp, i, p, s: _rmsnorm_no_eps(*i),
+    ("rmsnorm", "near_eps"): lambda sp, i, p, s: _rmsnorm_no_eps(*i),
+    ("rmsnorm_backward", "zero_row"): lambda sp, i, p, s: _rms_no_eps_backward(*i),
+    ("rmsnorm_backward", "near_eps"): lambda sp, i, p, s: _rms_no_eps_backward(*i),
+    ("silu_mul", "saturation"):
+        lambda sp, i, p, s: i[0].float() * torch.exp(i[0].float())
+        / (1 + torch.exp(i[0].float())) * i[1].float(),
+    ("silu_mul_backward", "saturation"): lambda sp, i, p, s: _silu_backward32(*i),
+    ("rope", "tables"): lambda sp, i, p, s: _standard_tables(sp, i),
+    ("rope_backward", "tables"): lambda sp, i, p, s: _standard_tables(sp, i),
+    ("attention", "causal"): lambda sp, i, p, s: torch.softmax(
+        _scores(*_f64(i)[:2], p["scale"], False), -1)
+        @ _f64(i)[2].repeat_interleave(_groups(i[0], i[1]), 0),
+    ("attention", "gqa"): lambda sp, i, p, s: sp.reference(
+        *_f64([i[0], _tile(i[1], _groups(i[0], i[1])), _tile(i[2], _groups(i[0], i[1]))]), **p),
+    ("attention", "large_scores"): lambda sp, i, p, s: _unshifted_softmax32(
+        _scores(*i[:2], p["scale"], True)) @ i[2].repeat_interleave(_groups(i[0], i[1]), 0),
+    ("decode_attention", "gqa"): lambda sp, i, p, s: sp.reference(
+        *_f64([i[0], _tile(i[1], _groups(i[0], i[1])), _tile(i[2], _groups(i[0], i[1]))]), **p),
+    ("decode_attention", "large_scores"): lambda sp, i, p, s: (_unshifted_softmax32(
+        _scores(i[0][:, None], i[1], p["scale"], False))
+        @ i[2].repeat_interleave(_groups(i[0], i[1]), 0))[:, 0],
+    ("attention_lse", "causal"): lambda sp, i, p, s: _lse_unmasked(*_f64(i), **p),
+    ("attention_lse", "gqa"): lambda sp, i, p, s: sp.reference(
+        *_f64([i[0], _tile(i[1], _groups(i[0], i[1])), _tile(i[2], _groups(i[0], i[1]))]), **p),
+    ("attention_lse", "large_scores"): lambda sp, i, p, s: _lse_unshifted32(*i, **p),
+    ("attention_backward", "causal"): lambda sp, i, p, s: _attention_backward_unmasked(
+        i, p["scale"]),
+    ("attention_backward", "gqa"): lambda sp, i, p, s: _attention_backward_gqa(
+        sp, i, p["scale"]),
+    # reads the cache as if it were full (P = C - T): the unread rows enter
+    ("attention_cached", "unread_rows"): lambda sp, i, p, s: _cached(sp, i, p, s["C"] - s["T"]),
+    ("attention_cached", "pos"): lambda sp, i, p, s: _cached(sp, i, p, 0),  # pos ignored
+    ("attention_cached", "gqa"): lambda sp, i, p, s: sp.reference(
+        *_f64([i[0], _tile(i[1], _groups(i[0], i[1])), _tile(i[2], _groups(i[0], i[1]))]),
+        i[3], **p),
+    ("cross_entropy", "large_logits"): lambda sp, i, p, s: _ce_unshifted(*i)[0],
+    ("cross_entropy_fused", "large_logits"): lambda sp, i, p, s: torch.cat(
+        [t.reshape(-1) for t in _ce_unshifted(*i)]),
+    # targets clamped into [0, V): an ignored row gets a loss and a gradient
+    ("cross_entropy_fused", "ignore_index"): lambda sp, i, p, s: sp.reference(
+        i[0].double(), i[1].clamp(0, s["V"] - 1)),
+}
+for _kind in ("q8_0", "q4_0"):
+    VIOLATORS.update({
+        (f"linear_{_kind}", "ties"):
+            lambda sp, i, p, s, k=_kind: _linear_q(k, *i, half_away=True),
+        (f"linear_{_kind}", "zero_block"): lambda sp, i, p, s, k=_kind: _linear_q(k, *i,
+                                                                                 guard=False),
+        (f"linear_{_kind}", "subnormal_dx"):
+            lambda sp, i, p, s, k=_kind: _linear_q(k, *i, flush_dx=True),
+        (f"linear_{_kind}", "weight_scales"):
+            lambda sp, i, p, s, k=_kind: _linear_q_any(k, i[0], _flush_subnormal_scales(k, i[1])),
+    })
+
+
+def _linear_q_any(kind: str, x: Any, w: Any) -> Any:
+    return linear_q(kind, x, w)
+
+
+def _online_softmax_unguarded(x: Any, block: int = 8) -> Any:
+    """Online softmax over blocks of 8 without the guard for an all -inf block: the running
+    max is -inf, exp(-inf - -inf) is NaN."""
+    m = torch.full(x.shape[:1], float("-inf"), dtype=x.dtype)
+    s = torch.zeros(x.shape[:1], dtype=x.dtype)
+    for c in range(0, x.shape[1], block):
+        chunk = x[:, c:c + block]
+        m_new = torch.maximum(m, chunk.amax(-1))
+        s = s * torch.exp(m - m_new) + torch.exp(chunk - m_new[:, None]).sum(-1)
+        m = m_new
+    return torch.exp(x - m[:, None]) / s[:, None]
+
+
+def _layernorm(x: Any, w: Any, b: Any, eps: float) -> Any:
+    mean = x.mean(-1, keepdim=True)
+    var = (x - mean).pow(2).mean(-1, keepdim=True)
+    return (x - mean) / torch.sqrt(var + eps) * w + b
+
+
+def _rmsnorm_no_eps(x: Any, w: Any) -> Any:
+    x = x.double()
+    return x / x.pow(2).mean(-1, keepdim=True).sqrt() * w.double()
+
+
+def _lse_unmasked(q: Any, k: Any, v: Any, scale: float) -> Any:
+    s = _scores(q, k, scale, False)
+    lse = torch.logsumexp(s, -1)
+    o = torch.exp(s - lse[..., None]) @ v.repeat_interleave(_groups(q, k), 0)
+    return torch.cat([o.reshape(-1), lse.reshape(-1)])
+
+
+def _lse_unshifted32(q: Any, k: Any, v: Any, scale: float) -> Any:
+    s = _scores(q.float(), k.float(), scale, True)
+    e = torch.exp(s)
+    total = e.sum(-1)
+    o = (e / total[..., None]) @ v.float().repeat_interleave(_groups(q, k), 0)
+    return torch.cat([o.reshape(-1), torch.log(total).reshape(-1)])
+
+
+CASES = [pytest.param(op, c.name, seed, id=f"{op}-{c.name}-{seed}")
+         for op, spec in SPECS.items() for c, _, seed in spec.clause_cases()]
+
+
+# -- (1) every spec lists its clauses, each with a case, each written in the ABI -------------------
+
+def test_every_spec_lists_clauses_each_with_a_case_written_in_the_abi() -> None:
+    for op, spec in SPECS.items():
+        assert spec.clauses, f"{op}: no clause (a promise of its ABI row with a case)"
+        names = [c.name for c in spec.clauses]
+        assert len(set(names)) == len(names), f"{op}: clause names repeat: {names}"
+        assert len(spec.clause_cases()) == sum(len(c.seeds) for c in spec.clauses)
+        keys = set(spec.shapes["verify"][0])
+        for c in spec.clauses:
+            assert c.seeds and c.shape, f"{op}.{c.name}: no case"
+            assert set(c.shape) == keys, f"{op}.{c.name}: shape {c.shape} names other dims"
+            assert math.prod(spec.out_shape(c.shape)) <= 1 << 16, f"{op}.{c.name}: not small"
+            assert re.fullmatch(r"[a-z0-9_]+", c.name), c.name
+            assert _normalised(c.text) in DOC, \
+                f"{op}.{c.name}: its text is not in docs/kernels-abi.md: {c.text!r}"
+            assert (op, c.name) in VIOLATORS, f"{op}.{c.name}: no violator in this test"
+        section = DOC[DOC.index("## Clauses"):]
+        assert f"`{op}`" in section, f"{op}: missing from the ABI's Clauses section"
+
+
+# -- (2) each case exercises its clause; the reference defines the behaviour --------------------
+
+@pytest.mark.parametrize(("op", "name", "seed"), CASES)
+def test_each_clause_case_exercises_its_clause(op: str, name: str, seed: int) -> None:
+    spec = get_spec(op)
+    [clause] = [c for c in spec.clauses if c.name == name]
+    shape, inputs, params = _case(spec, clause, seed)
+    ref = _oracle(spec, inputs, params)
+    assert tuple(ref.shape) == spec.out_shape(shape)
+    assert bool(torch.isfinite(ref).all()), f"{op}.{name}: the reference is not finite there"
+    ignoring = VIOLATORS[(op, name)](spec, inputs, params, shape)
+    failure = checks.compare(ignoring.reshape(ref.shape), ref, spec.tolerance("float32"))
+    assert failure is not None, f"{op}.{name} seed {seed}: ignoring the clause passes"
+
+
+@pytest.mark.parametrize(("op", "name", "seed"), CASES)
+def test_the_vendor_path_honours_every_clause(op: str, name: str, seed: int) -> None:
+    spec = get_spec(op)
+    [clause] = [c for c in spec.clauses if c.name == name]
+    _, inputs, params = _case(spec, clause, seed)
+    failure = checks.compare(spec.vendor()(*inputs, **params), _oracle(spec, inputs, params),
+                             spec.tolerance("float32"))
+    assert failure is None, f"{op}.{name} seed {seed}: {failure.message} {failure.details}"
+
+
+def test_a_clause_case_differs_from_the_plain_case() -> None:
+    """apply changes what make_inputs made (except the clauses whose shape is the point)."""
+    changed = 0
+    for spec in SPECS.values():
+        for c, shape, seed in spec.clause_cases():
+            plain = spec.make_inputs(dict(shape), "float32", seed, "cpu")
+            _, applied, _ = _case(spec, c, seed)
+            changed += any(not checks.same_values(a, b) for a, b in zip(plain, applied,
+                                                                       strict=True))
+    assert changed >= len(CASES) // 2
+
+
+# -- (3) the built-in C kernels honour every clause ----------------------------------------------
+
+def _cpu_flags() -> set[str]:
+    cpuinfo = Path("/proc/cpuinfo")
+    text = cpuinfo.read_text() if cpuinfo.exists() else ""
+    line = next((ln for ln in text.splitlines() if ln.startswith("flags")), "")
+    return set(line.split(":", 1)[-1].split())
+
+
+def _c_builtins() -> list[Any]:
+    from strata.kernels.impl import builtin_implementations
+
+    return [i for i in builtin_implementations() if i.dialect == "c"]
+
+
+@pytest.mark.parametrize("impl", _c_builtins(), ids=lambda i: f"{i.op}-{i.name}")
+def test_builtin_c_kernels_honour_every_clause(impl: Any) -> None:
+    from strata.kernels.dialects.c import load_c
+
+    missing = set(impl.requires.isa) - _cpu_flags()
+    if missing:
+        pytest.skip(f"needs {', '.join(sorted(missing))}")
+    spec = get_spec(impl.op)
+    kernel = load_c(impl, spec, "cpu")
+    for clause, _, seed in spec.clause_cases():
+        shape, inputs, params = _case(spec, clause, seed)
+        before = [t.clone() for t in inputs]
+        out = torch.full(spec.out_shape(shape), NAN,
+                         dtype=getattr(torch, spec.out_dtype or "float32"))
+        kernel.bind(out, inputs, params)()
+        failure = checks.compare(out, _oracle(spec, before, params), spec.tolerance("float32"))
+        assert failure is None, (f"{impl.name} {impl.op}.{clause.name} seed {seed}: "
+                                 f"{failure.message} {failure.details}")
+        assert all(checks.same_values(a, b) for a, b in zip(before, inputs, strict=True))
+
+
+# -- call dims -------------------------------------------------------------------------------------
+
+def _dims_shapes(spec: KernelSpec) -> list[Shape]:
+    smallest_llm = min(spec.shapes["llm"], key=spec.flops)
+    return [*spec.shapes["verify"], *(c.shape for c in spec.clauses), smallest_llm,
+            *spec.shapes["serve"]]
+
+
+@pytest.mark.parametrize("op", sorted(SPECS))
+def test_dims_recover_the_shape_from_the_call_tensors(op: str) -> None:
+    spec = SPECS[op]
+    assert spec.dims is not None, f"{op}: no dims"
+    for shape in _dims_shapes(spec):
+        inputs = spec.make_inputs(dict(shape), "float32", 0, "cpu")
+        out = torch.empty(spec.out_shape(shape), dtype=getattr(torch, spec.out_dtype or
+                                                               "float32"))
+        assert spec.dims(out, *inputs) == shape, (op, shape)
+        meta = [torch.empty(t.shape, dtype=t.dtype, device="meta") for t in (out, *inputs)]
+        want = {k: v for k, v in shape.items() if not (op == "attention_cached" and k == "P")}
+        assert spec.dims(*meta) == want, (op, shape)  # attention_cached's P has no value there
+
+
+# -- serve shapes ---------------------------------------------------------------------------------
+
+# the dim that counts the rows (tokens) an op is called with
+ROWS = {"rmsnorm": "rows", "silu_mul": "rows", "rope": "T", "attention_cached": "T",
+        "linear_f32": "B", "linear_f16": "B", "linear_q8_0": "B", "linear_q4_0": "B",
+        "rmsnorm_backward": "rows", "silu_mul_backward": "rows", "rope_backward": "T",
+        "cross_entropy_fused": "rows", "matmul": "M"}
+
+
+def test_every_op_has_a_small_serve_set() -> None:
+    for op, spec in SPECS.items():
+        serve = spec.shape_set("serve")
+        assert 1 <= len(serve) <= 4, op
+        for shape in serve:
+            assert set(shape) == set(spec.shapes["verify"][0]), (op, shape)
+            # the float64 oracle of a serve shape takes well under a second on 2 cores
+            assert spec.flops(shape) <= 5e8, (op, shape)
+            assert math.prod(spec.out_shape(shape)) <= 1 << 23, (op, shape)
+
+
+def test_serve_sets_reach_the_rows_the_lab_runs() -> None:
+    from strata.backends.base import LoadConfig
+    from strata.lab.model import UBATCH
+    from strata.lab.plan import LAYER_OPS, LINEAR_OPS
+
+    assert LoadConfig().ubatch == UBATCH
+    for op in (*LAYER_OPS, *LINEAR_OPS.values()):
+        spec = SPECS[op]
+        rows = [s[ROWS[op]] for s in spec.shapes["serve"] + spec.shapes["verify"]]
+        assert min(rows) == 1 and max(rows) >= UBATCH, (op, rows)  # decode .. a full chunk
+
+
+def test_serve_sets_reach_the_rows_training_runs() -> None:
+    from strata.train.ops_lab import PAIRS
+    from strata.train.presets import PRESETS
+
+    presets = [PRESETS[name] for name in ("tiny", "small")]
+    tokens = max(p.batch * p.model.ctx for p in presets)
+    ops = {*PAIRS, *(b for b in PAIRS.values() if b), "matmul"} - {"attention_lse",
+                                                                  "attention_backward"}
+    for op in ops:
+        spec = SPECS[op]
+        assert max(s[ROWS[op]] for s in spec.shapes["serve"]) == tokens, op
+    assert max(s["K"] for s in SPECS["matmul"].shapes["serve"]) == tokens  # dW = dyᵀ·x
+    for op in ("attention_lse", "attention_backward"):
+        serve = SPECS[op].shapes["serve"]
+        assert max(s["T"] for s in serve) == max(p.model.ctx for p in presets), op
+        assert max(s["H"] for s in serve) == max(p.batch * p.model.n_heads for p in presets)
+    vocab = max(p.model.vocab for p in presets)
+    assert max(s["V"] for s in SPECS["cross_entropy_fused"].shapes["serve"]) == vocab
