@@ -14,9 +14,8 @@ from strata.commands.kernels import Session
 from strata.kernels import checks
 from strata.kernels.impl import Implementation, from_source
 from strata.kernels.sandbox import SandboxPolicy
-from strata.kernels.spec import get_spec
 from strata.kernels.verify import SEEDS, Verdict, VerifyContext, verify
-from tests.conftest import FIXTURES, run_cli
+from tests.conftest import FIXTURES, run_cli, verify_cases
 
 pytest.importorskip("torch")
 pytestmark = pytest.mark.slow  # every verification is a sandboxed process importing torch
@@ -56,7 +55,7 @@ def test_a_patched_clock_in_the_worker_changes_nothing(kernel_session: Session) 
     worker's clock tenfold (and computes right) is verified as what it is, and its benchmark
     figure is the judge's (not ten times faster than the same kernel unpatched)."""
     verdict = _verify(kernel_session, _external("patches_timer.py"), static=False)
-    assert verdict.status == "pass", verdict.to_dict()
+    assert verdict.status == "pass", (verdict.reason, verdict.message)
 
 
 def test_zeros_kernel_is_rejected_as_constant_output(kernel_session: Session) -> None:
@@ -77,8 +76,8 @@ def test_static_check_rejects_python_cheats_before_running(name: str,
 def test_honest_external_kernel_passes(kernel_session: Session) -> None:
     impl = _external("honest_rmsnorm.c")
     verdict = _verify(kernel_session, impl)  # static checks on, as for `kernels add`
-    assert verdict.status == "pass", verdict.to_dict()
-    assert verdict.cases == len(get_spec(impl.op).shapes["verify"]) * len(SEEDS)
+    assert verdict.status == "pass", (verdict.reason, verdict.message)
+    assert verdict.cases == verify_cases(impl.op, len(SEEDS), external=True)
 
 
 def _no_children_left() -> bool:

@@ -16,8 +16,10 @@ import torch.nn.functional as F
 
 from strata.kernels.buffers import InputStream
 from strata.kernels.impl import builtin_implementations, from_source
+from strata.kernels.shm import Arena
 from strata.kernels.spec import get_spec
 from strata.kernels.verify import Pending, VerifyContext, finish, run_pending
+from tests.conftest import verify_cases
 
 OPS = ("attention_lse", "attention_backward", "cross_entropy_fused")
 GQA_SHAPES = [{"H": 4, "Hkv": 2, "T": 5, "D": 16}, {"H": 6, "Hkv": 2, "T": 33, "D": 12},
@@ -95,8 +97,15 @@ def test_benchmark_stream_recomputes_o_and_lse_after_mixing_inputs() -> None:
     oracle and every kernel would disagree."""
     spec = get_spec("attention_backward")
     shape = {"H": 4, "Hkv": 2, "T": 9, "D": 16}
-    stream = InputStream(spec, shape, "float32", "cpu", base_seed=7)
-    slot = stream.refresh()
+    arena = Arena()
+    try:
+        slot = InputStream(spec, shape, "float32", arena, slots_n=1).refresh()
+        _check_o_and_lse(spec, shape, slot)
+    finally:
+        arena.close()
+
+
+def _check_o_and_lse(spec, shape: dict[str, int], slot) -> None:
     q, k, v, o, lse, _ = slot.inputs
     want_o, want_lse = get_spec("attention_lse").vendor()(
         q, k, v, **spec.params_for(shape)).split([o.numel(), lse.numel()])
@@ -148,7 +157,7 @@ def test_c_implementations_verify_in_the_sandbox(ctx: VerifyContext) -> None:
     for v in _verify(ctx, runnable):
         assert v.status == "pass", (v.impl.key, v.reason, v.message, v.details)
         # every verify shape, incl. the one large enough for the threaded path
-        assert v.cases == 2 * len(get_spec(v.impl.op).shapes["verify"])
+        assert v.cases == verify_cases(v.impl.op, 2)
 
 
 def test_triton_implementations_verify_under_the_interpreter(ctx: VerifyContext) -> None:

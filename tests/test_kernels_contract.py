@@ -29,7 +29,7 @@ def verified_rmsnorm(strata_home: Path):  # -> strata.kernels.Choice
     s = session(conn=open_db(strata_home / "strata.db"))
     verdicts = run_verify(s, select("rmsnorm", "c.naive", s.conn), force=False,
                           timeout_s=300, progress=lambda _m: None)
-    assert verdicts[0].status == "pass", verdicts[0].to_dict()
+    assert verdicts[0].status == "pass", (verdicts[0].reason, verdicts[0].message)
     choice = kernels.get("rmsnorm", db=strata_home / "strata.db")
     assert choice.decision.impl is not None and choice.decision.impl.dialect == "c"
     return choice

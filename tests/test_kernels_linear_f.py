@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from strata.errors import InputError
+from tests.conftest import verify_cases
 
 torch = pytest.importorskip("torch")
 
@@ -162,7 +163,6 @@ def test_c_builtins_verify_in_the_sandbox(ctx) -> None:
     and an oversubscribed number of threads). The AVX2 kernels on every seed (input
     distribution), the naive ones on one (test_kernels_lab's fixture runs them all again)."""
     from strata.kernels.impl import builtin_implementations
-    from strata.kernels.spec import get_spec
 
     impls = [i for i in builtin_implementations() if i.op in OPS and i.dialect == "c"]
     assert {(i.op, i.name) for i in impls} == {(op, n) for op in OPS
@@ -171,7 +171,7 @@ def test_c_builtins_verify_in_the_sandbox(ctx) -> None:
     seeds = {"c.avx2": (0, 1, 2), "c.naive": (0,)}
     for v in _run(ctx, [_pending(ctx, i, seeds=seeds[i.name]) for i in runnable]):
         assert v.status == "pass", (v.impl.key, v.reason, v.message, v.details)
-        assert v.cases == len(seeds[v.impl.name]) * len(get_spec(v.impl.op).shapes["verify"])
+        assert v.cases == verify_cases(v.impl.op, len(seeds[v.impl.name]))
 
 
 def test_triton_builtins_verify_under_the_interpreter(ctx) -> None:

@@ -26,6 +26,7 @@ from strata.kernels.ops import _linear_q, _quant
 from strata.kernels.ops._shapes import model_dims
 from strata.kernels.spec import get_spec
 from strata.kernels.verify import Pending, VerifyContext, finish, plan, run_pending
+from tests.conftest import verify_cases
 
 OPS = ("linear_q8_0", "linear_q4_0")
 SOURCES = Path(__file__).parent.parent / "src/strata/kernels/sources/c"
@@ -198,7 +199,7 @@ def test_c_implementations_verify_in_the_sandbox(ctx: VerifyContext) -> None:
     for verdict in _run(ctx, [_pending(i, ctx) for i in runnable]):
         assert verdict.status == "pass", (verdict.impl.key, verdict.reason, verdict.message,
                                           verdict.details)
-        assert verdict.cases == 3 * len(get_spec(verdict.impl.op).shapes["verify"])
+        assert verdict.cases == verify_cases(verdict.impl.op, 3)
 
 
 def test_triton_implementations_verify_under_the_interpreter(ctx: VerifyContext) -> None:

@@ -14,6 +14,8 @@ header for how it won), each refused now, and no file appears outside the sandbo
   and the worker's idle CPU show it;
 - span_cache.c: answers from the span of cached results of a small input basis — inputs are
   OS-random windows of generated pools now;
+- ignore_index.c: clamps an out-of-range target (ignore_index, padding) into [0, V) — the
+  op's clause cases put such targets in every verification;
 - wide_rows.c: wrong only above the verified row counts — verified at the serve shapes, and
   dispatch serves only what was verified (else verifies on demand or falls back).
 """
@@ -65,7 +67,7 @@ def judged(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Verdict]:
     os.environ["STRATA_HOME"] = str(home)
     try:
         s = session(conn=open_db(home / "strata.db"))
-        names = [*REFUSED, "forges_result.c"]
+        names = [*REFUSED, "forges_result.c", "ignore_index.c"]
         ctx = VerifyContext(s.conn, s.fingerprint, s.caps, static=False)
         verdicts = verify_many([_external(n) for n in names], ctx, jobs=2)
     finally:
@@ -163,8 +165,8 @@ def test_a_kernel_wrong_above_the_verified_rows_is_not_served_there(
     spec = get_spec("rmsnorm")
     serve = spec.shapes.get("serve", [])
     verdict = verify_many([impl], VerifyContext(s.conn, s.fingerprint, s.caps, static=False))[0]
-    if any(sh["rows"] > 64 for sh in serve):
-        assert verdict.status == "fail", verdict.to_dict()
+    assert any(sh["rows"] > 64 for sh in serve), serve
+    assert verdict.status == "fail" and verdict.reason == checks.WRONG_RESULT, verdict.message
     # served as if it had won at 1..8 rows: a 512-row call is verified on demand first
     decision = Decision("rmsnorm", "cpu", "kernel", impl, coverage={"rows": (1, 8),
                         "cols": (1, 4096)}, confined=True)
@@ -177,6 +179,13 @@ def test_a_kernel_wrong_above_the_verified_rows_is_not_served_there(
     assert reasons and "rows=512" in reasons[0] and "fail" in reasons[0], decision.trace
     choice.close()
     assert glob.glob(ESCAPES) == []
+
+
+def test_a_kernel_that_ignores_an_abi_clause_fails_naming_the_clause(
+        judged: dict[str, Verdict]) -> None:
+    v = judged["ignore_index.c"]
+    assert v.status == "fail" and v.reason == checks.WRONG_RESULT, (v.reason, v.message)
+    assert "clause ignore_index" in v.message and "target outside [0, V)" in v.message
 
 
 def test_escape_fixtures_leave_no_file(judged: dict[str, Verdict]) -> None:

@@ -19,7 +19,7 @@ from strata.kernels.process import (
     RemoteKernel,
     WorkerFailure,
     WorkerSpec,
-    idle_cpu,
+    kept_busy,
 )
 from strata.kernels.shm import Arena
 from strata.kernels.spec import KernelSpec, get_spec
@@ -57,10 +57,9 @@ def after_return(kernel: RemoteKernel, cid: int, out: Any) -> Failure | None:
     from strata.kernels.checks import same_values
 
     snapshot = out.clone()
-    # past an OpenMP team's spin after its last region (short in workers, sandbox.py)
-    idle = idle_cpu(kernel.proc, settle_s=0.03, window_s=0.01)
-    if idle.busy:  # a blip (a page fault storm, a preempted spin) does not repeat; work does
-        idle = idle_cpu(kernel.proc, settle_s=0.0, window_s=0.01)
+    # work that ends within the watch changes the output; work that does not keeps the
+    # worker busy throughout it
+    idle = kept_busy(kernel.proc)
     kernel.refresh([cid])
     if not same_values(out, snapshot):
         return Failure(checks.ASYNC_WRITE, "the output changed after the call returned: work "
@@ -68,7 +67,8 @@ def after_return(kernel: RemoteKernel, cid: int, out: Any) -> Failure | None:
     if idle.busy:
         return Failure(checks.LEFT_THREAD, f"the kernel's process kept computing after the call "
                        f"returned ({idle.cpu_s * 1e3:.1f} ms of CPU in {idle.window_s * 1e3:.0f} "
-                       "ms while it had nothing to do)")
+                       f"ms while it had nothing to do, busy in {idle.windows} windows in "
+                       "a row)")
     return None
 
 

@@ -18,7 +18,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -333,28 +333,45 @@ def worker(spec: WorkerSpec) -> Iterator[KernelProcess]:
         proc.close()
 
 
+# OpenMP teams spin briefly after a parallel region (libgomp's spin count; far longer on a
+# VM where a pause traps), and a preempted worker may run its last microseconds late: an
+# idle window may hold 2 ms plus half a core of that before it counts as work. Work that
+# goes on keeps at least one core busy, so it is busy in window after window.
+IDLE_ALLOWANCE_S = 0.002
+BUSY_WINDOWS = 3
+
+
 @dataclass
 class Idle:
     """CPU the worker burned while it had nothing to do (after "done", before the next
-    request): threads still computing after the call returned."""
+    request): threads still computing after the call returned. `window_s` is the wall time
+    the windows really lasted (a loaded host oversleeps), `windows` how many were watched."""
 
     window_s: float
     cpu_s: float
-    limit_s: float = field(init=False)
-
-    def __post_init__(self) -> None:
-        # OpenMP teams spin briefly after a parallel region (libgomp's spin count): allow
-        # 2 ms plus half a core over the window before calling it work (work that goes on
-        # keeps at least one core busy).
-        self.limit_s = 0.002 + 0.5 * self.window_s
+    windows: int = 1
 
     @property
     def busy(self) -> bool:
-        return self.cpu_s > self.limit_s
+        return self.cpu_s > self.windows * IDLE_ALLOWANCE_S + 0.5 * self.window_s
 
 
-def idle_cpu(proc: KernelProcess, settle_s: float = 0.005, window_s: float = 0.02) -> Idle:
-    time.sleep(settle_s)
-    c0 = proc.cpu_ns()
+def idle_cpu(proc: KernelProcess, window_s: float = 0.01) -> Idle:
+    """One window: the worker's CPU over `window_s` of the parent's sleep."""
+    c0, t0 = proc.cpu_ns(), time.perf_counter()
     time.sleep(window_s)
-    return Idle(window_s, (proc.cpu_ns() - c0) / 1e9)
+    return Idle(time.perf_counter() - t0, (proc.cpu_ns() - c0) / 1e9)
+
+
+def kept_busy(proc: KernelProcess, settle_s: float = 0.03, window_s: float = 0.01) -> Idle:
+    """Whether the worker keeps computing while it waits: after `settle_s` (an OpenMP
+    team's spin), busy in each of BUSY_WINDOWS windows in a row. The first idle window
+    ends the watch; a blip (a spin's tail, a page-fault storm) does not last."""
+    time.sleep(settle_s)
+    seen = Idle(0.0, 0.0, 0)
+    for _ in range(BUSY_WINDOWS):
+        one = idle_cpu(proc, window_s)
+        if not one.busy:
+            return one
+        seen = Idle(seen.window_s + one.window_s, seen.cpu_s + one.cpu_s, seen.windows + 1)
+    return seen

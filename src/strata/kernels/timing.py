@@ -33,6 +33,8 @@ from strata.kernels.buffers import InputStream, Slot, TimedOutputChecker, probes
 from strata.kernels.impl import Implementation
 from strata.kernels.judge import after_return, oracle
 from strata.kernels.process import (
+    BUSY_WINDOWS,
+    Idle,
     KernelProcess,
     RemoteKernel,
     WorkerFailure,
@@ -50,7 +52,6 @@ OVERHEAD_PINGS = 40
 BATCH_MAX = 32
 BATCH_BYTES = 256 << 20  # shared memory a warm batch may take
 SNAPSHOT_ELEMENTS = 1024
-SPIN_ALLOWANCE_S = 0.005  # an OpenMP team spins briefly after a region (longer on a VM)
 
 
 def flusher(device: str, nbytes: int) -> Callable[[], None]:
@@ -117,6 +118,7 @@ class Watch:
     idle_cpu_s: float = 0.0
     idle_s: float = 0.0
     failure: str | None = None
+    run: Idle = field(default_factory=lambda: Idle(0.0, 0.0, 0))  # busy windows in a row
 
     def at_done(self, group: int, slots: list[Slot]) -> tuple[int, float]:
         """Right after "done": sample the outputs; return the CPU clock and wall time."""
@@ -140,13 +142,21 @@ class Watch:
                                 "returned (work continued after \"done\")")
 
     def idle(self, cpu0: int, t0: float) -> None:
-        window, burned = time.perf_counter() - t0, (self.proc.cpu_ns() - cpu0) / 1e9
-        self.idle_s += window
-        self.idle_cpu_s += burned
-        if self.failure is None and burned > SPIN_ALLOWANCE_S + 0.5 * window:
+        """One gap between batches: work hidden there keeps the worker busy gap after gap
+        (BUSY_WINDOWS in a row); one busy gap is a spin's tail or a preempted wake-up."""
+        one = Idle(time.perf_counter() - t0, (self.proc.cpu_ns() - cpu0) / 1e9)
+        self.idle_s += one.window_s
+        self.idle_cpu_s += one.cpu_s
+        if not one.busy:
+            self.run = Idle(0.0, 0.0, 0)
+            return
+        r = self.run = Idle(self.run.window_s + one.window_s, self.run.cpu_s + one.cpu_s,
+                            self.run.windows + 1)
+        if self.failure is None and r.windows >= BUSY_WINDOWS:
             self.failure = (f"{checks.LEFT_THREAD}: the kernel's process computed "
-                            f"{burned * 1e3:.1f} ms while it had nothing to do "
-                            f"({window * 1e3:.1f} ms between calls)")
+                            f"{r.cpu_s * 1e3:.1f} ms while it had nothing to do "
+                            f"({r.window_s * 1e3:.1f} ms over {r.windows} gaps between "
+                            "calls)")
 
 
 class ShapeBench:
