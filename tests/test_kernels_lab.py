@@ -201,20 +201,18 @@ def test_nothing_verified_is_a_fallback_not_a_pass(kernel_session) -> None:
     torch.testing.assert_close(out, torch.nn.functional.layer_norm(x, (33,), w, b, 1e-5))
 
 
-def test_a_kernel_wrong_at_a_benchmarked_shape_is_rejected(verified, tmp_path: Path) -> None:
-    """Right on the small verification shapes, wrong on a real one: never dispatched."""
-    from strata.commands.kernels import run_bench
-
+def test_a_kernel_wrong_at_a_served_shape_is_rejected_at_verification(verified,
+                                                                      tmp_path: Path) -> None:
+    """Right on the small seeded shapes, wrong on a real model's width: verification runs
+    the op's serve shapes too, so it never reaches the benchmark or dispatch."""
     s, _, _ = verified
     src = tmp_path / "rmsnorm.bigwrong.c"
     shutil.copyfile(FIXTURES / "kernels" / "rmsnorm_wrong_above_2048.c", src)
     impl = from_source(src, origin="external")
-    ctx = VerifyContext(s.conn, s.fingerprint, s.caps)
-    assert verify(impl, ctx).passed
-    figures = run_bench(s, [impl], None, shapes="llm", compile_=False, max_time_s=0.02,
-                        progress=lambda _m: None)
-    flagged = [f for f in figures if f.impl == impl.name and "wrong at this shape" in f.flags]
-    assert flagged and all(f.shape["cols"] > 2048 for f in flagged)
+    verdict = verify(impl, VerifyContext(s.conn, s.fingerprint, s.caps))
+    assert verdict.status == "fail" and verdict.reason == "wrong_result", verdict.message
+    cols = int(verdict.where.split("'cols': ")[1].split("}")[0])
+    assert cols > 2048, verdict.where
 
 
 # -- recorded probes: GPUs that are not here ----------------------------------------------------

@@ -59,10 +59,15 @@ def quantize_rows(x: Any) -> tuple[Any, Any]:
     x = x.to(torch.float32)
     blocks = x.reshape(x.shape[0], -1, QK)
     amax = blocks.abs().amax(dim=-1)
-    d = (amax / 127.0).to(torch.float16).to(torch.float32)
+    # Both quotients are float32 divisions, correctly rounded: torch divides a scalar by a
+    # tensor as a product with the reciprocal (one ulp off in a quarter of blocks, enough to
+    # move a q_x across a rounding boundary now and then), so each is taken in float64 and
+    # rounded once to float32 (exact: 53 bits >= 2*24 + 2).
+    a64 = amax.to(torch.float64)
+    d = (a64 / 127.0).to(torch.float32).to(torch.float16).to(torch.float32)
     nonzero = amax != 0
-    inv = torch.where(nonzero, 127.0 / torch.where(nonzero, amax, torch.ones_like(amax)),
-                      torch.zeros_like(amax))
+    inv = torch.where(nonzero, 127.0 / torch.where(nonzero, a64, torch.ones_like(a64)),
+                      torch.zeros_like(a64)).to(torch.float32)
     q = torch.round(blocks * inv.unsqueeze(-1))  # torch.round: half to even
     return q, d
 
