@@ -67,8 +67,8 @@ def after_return(kernel: RemoteKernel, cid: int, out: Any) -> Failure | None:
     if idle.busy:
         return Failure(checks.LEFT_THREAD, f"the kernel's process kept computing after the call "
                        f"returned ({idle.cpu_s * 1e3:.1f} ms of CPU in {idle.window_s * 1e3:.0f} "
-                       f"ms while it had nothing to do, busy in {idle.windows} windows in "
-                       "a row)")
+                       f"ms watched while it had nothing to do, busy in each of "
+                       f"{idle.windows} windows 50 ms apart)")
     return None
 
 

@@ -363,13 +363,17 @@ def idle_cpu(proc: KernelProcess, window_s: float = 0.01) -> Idle:
     return Idle(time.perf_counter() - t0, (proc.cpu_ns() - c0) / 1e9)
 
 
-def kept_busy(proc: KernelProcess, settle_s: float = 0.03, window_s: float = 0.01) -> Idle:
+def kept_busy(proc: KernelProcess, settle_s: float = 0.03, window_s: float = 0.01,
+              gap_s: float = 0.05) -> Idle:
     """Whether the worker keeps computing while it waits: after `settle_s` (an OpenMP
-    team's spin), busy in each of BUSY_WINDOWS windows in a row. The first idle window
-    ends the watch; a blip (a spin's tail, a page-fault storm) does not last."""
+    team's spin), busy in each of BUSY_WINDOWS windows `gap_s` apart. The first idle window
+    ends the watch (an honest kernel costs one window); a blip (a spin's tail, a page-fault
+    storm, a preempted wake-up) does not last the 100 ms the later windows span."""
     time.sleep(settle_s)
     seen = Idle(0.0, 0.0, 0)
-    for _ in range(BUSY_WINDOWS):
+    for i in range(BUSY_WINDOWS):
+        if i:
+            time.sleep(gap_s)
         one = idle_cpu(proc, window_s)
         if not one.busy:
             return one
