@@ -105,6 +105,23 @@ def test_an_untrusted_kernel_runs_in_its_own_process_and_computes_right(
     assert worker.poll() is not None
 
 
+def test_bound_calls_on_fresh_tensors_of_growing_size_stay_right(kernel_session: Any) -> None:
+    """A prefill binds new activations each chunk: the heap block a storage left when it
+    moved to shared memory is soon another tensor's, which must not be taken for the old
+    (mapped, smaller) segment; storages the caller dropped are unmapped."""
+    choice = _served(_external("honest_rmsnorm.c"), kernel_session)
+    gen = torch.Generator().manual_seed(1)
+    w = torch.randn(576, generator=gen)
+    for i in range(60):
+        rows = 1 + (i % 7) * 3
+        x, out = torch.randn(rows, 576, generator=gen), torch.empty(rows, 576)
+        choice.bound(out, x, w, eps=1e-6)()
+        ref = get_spec("rmsnorm").reference(x.double(), w.double(), 1e-6)
+        assert (out.double() - ref).abs().max() < 1e-4, i
+    assert len(choice._kernel.shared) <= 4  # w and the last x/out (and their thunk's)
+    choice.close()
+
+
 def test_an_elf_lookup_escape_acts_in_process_and_is_held_when_served(
         kernel_session: Any) -> None:
     """The kernel finds open/write through libc's ELF tables from an allowed import (no

@@ -26,7 +26,7 @@ from strata.kernels.shm import Segment
 
 PER_REQUEST_S = 600.0  # a confined call that takes longer is a hung kernel
 SHARE_MIN_BYTES = 1 << 20  # inputs this large move to shared memory rather than being copied
-MAX_SHARED = 256  # storages remembered for one-off calls (least recently used dropped)
+MAX_SHARED = 1024  # storages mapped into the worker at once (least recently used dropped)
 _SEG_IDS = itertools.count(1 << 30)  # distinct from the Arena's ids
 _LIVE: weakref.WeakSet[ConfinedKernel] = weakref.WeakSet()
 
@@ -55,7 +55,7 @@ class ConfinedKernel:
         wspec.per_request = True
         self.spec, self.device = spec, device
         self.proc = KernelProcess(wspec)
-        self.shared: OrderedDict[int, tuple[Segment, Any]] = OrderedDict()
+        self.shared: OrderedDict[int, tuple[Segment, weakref.ref]] = OrderedDict()
         self.staging: dict[int, tuple[Segment, Any]] = {}
         self.binds: OrderedDict[tuple[Any, ...], int] = OrderedDict()
         self.calls = 0
@@ -69,24 +69,40 @@ class ConfinedKernel:
         _LIVE.add(self)
 
     # -- memory ------------------------------------------------------------------------------
-    def _shared(self, t: Any, pin: bool) -> tuple[Segment, int]:
-        """`t`'s storage in shared memory (moved there once), as a segment and offset."""
+    def _shared(self, t: Any) -> tuple[Segment, int]:
+        """`t`'s storage in shared memory (moved there once), as a segment and offset.
+        Entries hold their storage weakly: one the caller dropped is unmapped at the next
+        sweep, and an address that a new storage took over is never read as the old one."""
         storage = t.untyped_storage()
+        if not storage.is_shared():
+            storage._share_fd_cpu_()  # in place: every view follows; the heap block is freed
         key = storage.data_ptr()
         found = self.shared.get(key)
+        if found is not None and found[1]() is not storage:
+            self._drop(key)
+            found = None
         if found is None:
-            fd, nbytes = storage._share_fd_cpu_()  # in place: every view follows
-            seg = Segment(next(_SEG_IDS), fd, int(nbytes), None, storage.data_ptr())  # type: ignore[arg-type]
-            # the storage is held: its address cannot be reused by another while mapped
-            found = self.shared[key] = (seg, storage)
-            self._evict(pin)
+            fd, nbytes = storage._share_fd_cpu_()  # already shared: its descriptor
+            seg = Segment(next(_SEG_IDS), fd, int(nbytes), None, key)  # type: ignore[arg-type]
+            found = self.shared[key] = (seg, weakref.ref(storage))
+            self._sweep()
         self.shared.move_to_end(key)
-        return found[0], t.data_ptr() - storage.data_ptr()
+        return found[0], t.data_ptr() - key
 
-    def _evict(self, pin: bool) -> None:
-        while not pin and len(self.shared) > MAX_SHARED:
-            _, (seg, _) = self.shared.popitem(last=False)
-            self.proc.unmap([seg.id])
+    def _drop(self, key: int) -> None:
+        """Unmap one storage's segment in the worker, with the bound calls on it (a bound
+        call that finds its segment gone binds again)."""
+        seg, _ = self.shared.pop(key)
+        stale = [k for k in self.binds if any(a[0] == seg.id for a in k[0])]
+        if stale:
+            self.proc.request({"op": "unbind", "cids": [self.binds.pop(k) for k in stale]})
+        self.proc.unmap([seg.id])
+
+    def _sweep(self) -> None:
+        for key in [k for k, (_, ref) in self.shared.items() if ref() is None]:
+            self._drop(key)
+        while len(self.shared) > MAX_SHARED:  # least recently used first
+            self._drop(next(iter(self.shared)))
 
     def _staged(self, slot: int, t: Any) -> tuple[Segment, Any]:
         """A staging buffer for argument `slot`, grown to hold `t`; a tensor view over it."""
@@ -111,7 +127,7 @@ class ConfinedKernel:
         for i, t in enumerate((out, *inputs)):
             big = t.numel() * t.element_size() >= SHARE_MIN_BYTES
             if pin or (i > 0 and big) or t.untyped_storage().data_ptr() in self.shared:
-                seg, offset = self._shared(t, pin)
+                seg, offset = self._shared(t)
                 args.append((seg, offset))
                 continue
             seg, view = self._staged(i, t)
@@ -148,15 +164,23 @@ class ConfinedKernel:
         self.calls += 1
 
     def bind(self, out: Any, inputs: list[Any], params: dict[str, Any]) -> Callable[[], None]:
-        """A prepared call: its tensors stay in shared memory, each call is a round trip."""
-        args, done = self._args(out, list(inputs), pin=True)
-        cid = self._cid(args, out, list(inputs), params)
+        """A prepared call: its tensors stay in shared memory, each call is a round trip
+        (bound again, once, if its storages were evicted meanwhile)."""
         tensors = (out, *inputs)
+        bound: dict[str, Any] = {}
+
+        def prepare() -> None:
+            args, bound["done"] = self._args(out, list(inputs), pin=True)
+            bound["segs"] = [a[0].id for a in args]
+            bound["cid"] = self._cid(args, out, list(inputs), params)
 
         def call() -> None:
-            self._run(cid)
-            done()
+            if any(s not in self.proc.mapped for s in bound["segs"]):
+                prepare()
+            self._run(bound["cid"])
+            bound["done"]()
 
+        prepare()
         call.tensors = tensors  # type: ignore[attr-defined]
         return call
 
