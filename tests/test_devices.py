@@ -113,3 +113,24 @@ def test_cpu_runtime_on_real_torch() -> None:
     assert vendors.runtime_for("cuda:0") is vendors.get_vendor("rocm").runtime  # type: ignore
     with pytest.raises(KeyError):
         vendors.runtime_for("tpu:0")
+
+
+def test_one_resolver_names_an_amd_gpu_rocm_for_strata_and_cuda_for_torch() -> None:
+    """The lab, train and the lab backend built "cuda:0" from torch's device type, so on an
+    AMD GPU their verdict and roofline lookups (stored under "rocm:0") missed; the resolver
+    reads torch's build (recorded in the probe) instead."""
+    from strata.hardware.devices import key_for, resolve
+
+    profile, caps = recorded("rdna4_rx9070xt_torch25_rocm62")
+    hip = profile.software.torch_hip_runtime is not None
+    dev = resolve(torch.device("cuda", 0), hip=hip)
+    assert dev.key == "rocm:0" and caps.device(dev.key) is not None
+    assert torch.device(dev.torch) == torch.device("cuda", 0)
+    assert resolve("rocm:0").torch == "cuda:0"  # a strata key resolves either way
+    nvidia, nv_caps = recorded("h100_torch28_cu128")
+    assert nvidia.software.torch_hip_runtime is None
+    assert key_for("cuda:0", hip=False) == "cuda:0" and nv_caps.device("cuda:0") is not None
+    assert resolve("mps").key == "mps:0" and resolve("mps").torch == "mps"
+    assert resolve("cpu").is_cpu and key_for(torch.device("cpu")) == "cpu"
+    with pytest.raises(KeyError, match="no vendor file"):
+        resolve("tpu:0")

@@ -90,7 +90,7 @@ def _figure(spec: KernelSpec, name: str, shape: dict[str, int], device: str, dty
             res: dict[str, Any], eager: dict[str, Any], compiled: dict[str, Any],
             roof: Roofline | None, cache: str = "cold") -> Figure:
     fig = Figure(spec.name, name, shape, device, dtype, cache=cache)
-    if "median_s" not in res:
+    if not res.get("median_s"):  # absent, or 0: nothing to divide a figure by
         fig.note = res.get("untimed") or res.get("error") or "no timing"
         if res.get("wrong"):
             fig.flags.append(WRONG_AT_SHAPE)
@@ -111,9 +111,9 @@ def _figure(spec: KernelSpec, name: str, shape: dict[str, int], device: str, dty
             flag = plausibility.implausible(fig.median_s, bound)
             if flag:
                 fig.flags.append(flag)
-    if "median_s" in eager and name != EAGER:
+    if eager.get("median_s") and name != EAGER:
         fig.speedup_eager = eager["median_s"] / fig.median_s
-    if "median_s" in compiled and name != COMPILE:
+    if compiled.get("median_s") and name != COMPILE:
         fig.speedup_compile = compiled["median_s"] / fig.median_s
     if fig.frac_bw is not None and fig.frac_flops is not None and \
             max(fig.frac_bw, fig.frac_flops) > 1.05 and not fig.disqualified:
@@ -213,7 +213,7 @@ def _check_peaks(spec: KernelSpec, device: str, rows: list[dict[str, Any]],
         shape = row["shape"]
         nbytes = spec.bytes(shape, ELEMENT_BYTES.get(ctx.settings.dtype, 4))
         for name, res in row["results"].items():
-            if "median_s" not in res:
+            if not res.get("median_s"):
                 continue
             why = f"kernels bench {spec.name} {name}"
             if ctx.settings.cache == "cold":  # warm data may come from cache: no DRAM claim
