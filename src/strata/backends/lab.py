@@ -19,6 +19,7 @@ import torch
 
 from strata.backends.base import LoadConfig, RunRequest, RunTrace, decode_inputs
 from strata.errors import InputError
+from strata.hardware.devices import resolve
 from strata.models.source import ResolvedModel
 
 GEN_INPUTS_NOTE = "decode inputs are random token ids, no sampling (as llama-bench)"
@@ -108,7 +109,7 @@ class LabBackend:
         kinds = sorted({t.kind for t in w.tensors.values() if len(t.shape) == 2})
         return {
             "torch": torch.__version__,
-            "device": str(m.device) if m.device.type != "cuda" else f"cuda:{m.device.index or 0}",
+            "device": resolve(m.device).torch,
             "weights": f"GGUF as stored ({', '.join(kinds)}), never dequantised",
             "weight_bytes_in_memory": sum(t.nbytes for t in w.tensors.values()),
             "threads": m.threads,
@@ -174,5 +175,6 @@ def _capacity(tokens: int) -> int:
 
 
 def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+    from strata.hardware.devices import sync
+
+    sync(device)

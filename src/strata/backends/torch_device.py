@@ -78,11 +78,10 @@ def _check_mps(spec: str) -> None:
 
 
 def synchronize(device: torch.device) -> None:
-    """Wait for queued device work; CPU ops are synchronous, so nothing to wait for there."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    elif device.type == "mps":
-        torch.mps.synchronize()
+    """Wait for queued device work (the vendor's runtime, hardware/devices.py)."""
+    from strata.hardware.devices import sync
+
+    sync(device)
 
 
 @dataclass(frozen=True)

@@ -134,7 +134,9 @@ def _peak(conn: Any, device: Any, dtype: str) -> tuple[Any, tuple[float | None, 
 
     host = this_host(conn, err)
     roof = host.roofline(err)
-    key = "cpu" if device.type == "cpu" else f"{device.type}:{device.index or 0}"
+    from strata.hardware.devices import key_for
+
+    key = key_for(device)
     dev = roof.device(key)
     name = {"float32": "fp32", "bfloat16": "bf16"}[dtype]
     gflops = dev.peak_gflops(name) if dev else None

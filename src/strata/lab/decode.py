@@ -172,5 +172,6 @@ def _run(calls: list[Call]) -> None:
 
 
 def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+    from strata.hardware.devices import sync
+
+    sync(device)

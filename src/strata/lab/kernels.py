@@ -77,12 +77,13 @@ class Kernels:
 
 
 def _device_key(device: torch.device) -> str:
-    """Dispatch's name for a torch device: cpu, cuda:0."""
-    if device.type == "cpu":
-        return "cpu"
-    return f"{device.type}:{device.index or 0}"
+    """Dispatch's name for a torch device: cpu, cuda:0, rocm:0 (hardware/devices.py)."""
+    from strata.hardware.devices import key_for
+
+    return key_for(device)
 
 
 def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+    from strata.hardware.devices import sync
+
+    sync(device)

@@ -73,8 +73,9 @@ def _time_stage(model_ref: str, first: int, last: int, device: str) -> tuple[flo
 
     stage.forward(tokens(DEPTH), 0)  # the context the timed token attends to (untimed)
     one = tokens(1)
-    sync = torch.cuda.synchronize if stage.device.type == "cuda" else (lambda: None)
-    clock = HostClock(sync)
+    from strata.hardware.devices import resolve
+
+    clock = HostClock(resolve(stage.device).sync)
 
     def decode() -> None:  # the same slot every call: one token at depth DEPTH exactly
         stage.forward(one, DEPTH, last_only=True)

@@ -152,8 +152,9 @@ class Loop:
         return torch.autocast(self.device.type, dtype=self.autocast_dtype)
 
     def _sync(self) -> None:
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
+        from strata.hardware.devices import sync
+
+        sync(self.device)
 
     def train_step(self) -> float:
         """One optimizer step over `accum` micro-batches; the loss averaged over them and

@@ -42,10 +42,10 @@ def _torch_ops(device: torch.device, conn: Any) -> Ops:
 
 
 def _lab_ops(device: torch.device, conn: Any) -> Ops:
+    from strata.hardware.devices import key_for
     from strata.train.ops_lab import LabOps
 
-    key = "cpu" if device.type == "cpu" else f"{device.type}:{device.index or 0}"
-    return LabOps(key, conn)
+    return LabOps(key_for(device), conn)
 
 
 # --kernels NAME -> factory(device, results DB connection or None) -> Ops
