@@ -19,7 +19,7 @@ import torch
 
 from strata.backends.base import LoadConfig, RunRequest, RunTrace, decode_inputs
 from strata.errors import InputError
-from strata.hardware.devices import resolve
+from strata.hardware.devices import resolve, sync
 from strata.models.source import ResolvedModel
 
 GEN_INPUTS_NOTE = "decode inputs are random token ids, no sampling (as llama-bench)"
@@ -135,16 +135,16 @@ class LabBackend:
                             self._bos)
         if request.depth_tokens:
             m.prefill(list(request.depth_tokens))  # @d<D>: outside the timed region
-        _sync(m.device)
+        sync(m.device)
         t_start = time.perf_counter_ns()
         if request.prompt_tokens:
             m.prefill(list(request.prompt_tokens))
-            _sync(m.device)
+            sync(m.device)
         t_prefill_end = time.perf_counter_ns() if request.prompt_tokens else t_start
         token_ns: list[int] = []
         for token in gen:
             m.decode(token)
-            _sync(m.device)
+            sync(m.device)
             token_ns.append(time.perf_counter_ns())
         return RunTrace(n_prompt=len(request.prompt_tokens), n_gen=request.n_gen,
                         t_start=t_start, t_prefill_end=t_prefill_end, token_ns=token_ns,
@@ -173,8 +173,3 @@ def refuse_moe(model: ResolvedModel) -> None:
 def _capacity(tokens: int) -> int:
     return -(-max(tokens, 1) // CTX_STEP) * CTX_STEP
 
-
-def _sync(device: torch.device) -> None:
-    from strata.hardware.devices import sync
-
-    sync(device)

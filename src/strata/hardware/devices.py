@@ -24,11 +24,6 @@ class Device:
     def is_cpu(self) -> bool:
         return self.key == "cpu"
 
-    def torch_device(self) -> Any:
-        import torch
-
-        return torch.device(self.torch)
-
     def sync(self) -> None:
         """Wait for the device's queued work (nothing to wait for on the CPU)."""
         sync(self.torch)

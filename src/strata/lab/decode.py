@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from strata.hardware.devices import sync
 from strata.lab.plan import LINEAR_OPS
 
 if TYPE_CHECKING:
@@ -158,10 +159,10 @@ class DecodeStep:
     def _timed(self, calls: list[Call]) -> None:
         k = self.model.kernels
         for op, call in calls:
-            _sync(k.device)
+            sync(k.device)
             t0 = time.perf_counter()
             call()
-            _sync(k.device)
+            sync(k.device)
             k.seconds[op] += time.perf_counter() - t0
             k.calls[op] += 1
 
@@ -170,8 +171,3 @@ def _run(calls: list[Call]) -> None:
     for _op, call in calls:
         call()
 
-
-def _sync(device: torch.device) -> None:
-    from strata.hardware.devices import sync
-
-    sync(device)

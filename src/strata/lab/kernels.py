@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from strata.errors import InputError
+from strata.hardware.devices import key_for, sync
 from strata.lab.plan import ops_for
 
 
@@ -49,7 +50,7 @@ class Kernels:
         from strata.kernels import choose
         from strata.kernels.ensure import ensure_verified
 
-        where = _device_key(device)
+        where = key_for(device)
         host = this_host(conn)
         ensure_verified(host.conn, host.fingerprint, host.caps, ops, where, say, " for -B lab")
         return cls(device, choose(host, ops, where))
@@ -58,10 +59,10 @@ class Kernels:
              **params: Any) -> torch.Tensor:
         if not self.profile:
             return self.choices[op].run_packed(out, *inputs, **params)
-        _sync(self.device)
+        sync(self.device)
         t0 = time.perf_counter()
         self.choices[op].run_packed(out, *inputs, **params)
-        _sync(self.device)
+        sync(self.device)
         self.seconds[op] += time.perf_counter() - t0
         self.calls[op] += 1
         return out
@@ -76,14 +77,3 @@ class Kernels:
         return out
 
 
-def _device_key(device: torch.device) -> str:
-    """Dispatch's name for a torch device: cpu, cuda:0, rocm:0 (hardware/devices.py)."""
-    from strata.hardware.devices import key_for
-
-    return key_for(device)
-
-
-def _sync(device: torch.device) -> None:
-    from strata.hardware.devices import sync
-
-    sync(device)
