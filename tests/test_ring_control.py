@@ -246,7 +246,7 @@ def test_port_in_use_unreachable_and_hung_daemons_are_one_line_errors(ring: Ring
 
 # -- runs across the ring ---------------------------------------------------------------------
 
-MODEL = "synthetic:tiny-deep"  # 4 layers, 898 KiB as float32 (+ KV cache)
+MODEL = "synthetic:tiny-deep@f32"  # 4 layers, 898 KiB as stored (float32; + KV cache)
 CAP = "0.0008"  # GiB: no member holds it alone (0.9 x 839 KiB), any two do
 PROMPT = "The ring turns"
 

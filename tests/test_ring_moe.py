@@ -32,8 +32,8 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("gguf")
 pytest.importorskip("llama_cpp")
 
+from strata.engine import moe  # noqa: E402
 from strata.models.gguf import read_spec  # noqa: E402
-from strata.ring import stage_moe  # noqa: E402
 from strata.ring.pipeline import even_split  # noqa: E402
 from strata.ring.runtime_local import LocalRing, free_port  # noqa: E402
 from strata.ring.stage import Stage, stage_bytes  # noqa: E402
@@ -78,18 +78,18 @@ def one_stage(path: Path, prompt: list[int], tokens: list[int]) -> dict[str, Any
     """Stage [0, n_layers) over the prompt then the given tokens one at a time (teacher
     forcing on the ring's tokens), and the smallest top-k gap per position."""
     gaps: dict[int, float] = {}
-    route, pos = stage_moe.route, [0]
+    route, pos = moe.route, [0]
 
-    def recording(h: torch.Tensor, router: torch.Tensor, r: stage_moe.Routing
+    def recording(logits: torch.Tensor, n_used: int, renormalise: bool
                   ) -> tuple[torch.Tensor, torch.Tensor]:
-        top = torch.topk(torch.softmax(h @ router.T, dim=-1), r.n_used + 1, dim=-1).values
+        top = torch.topk(torch.softmax(logits, dim=-1), n_used + 1, dim=-1).values
         for i, g in enumerate((top[:, -2] - top[:, -1]).tolist()):
             gaps[pos[0] + i] = min(g, gaps.get(pos[0] + i, 1.0))
-        return route(h, router, r)
+        return route(logits, n_used, renormalise)
 
     stage = Stage.load(str(path), 0, read_spec(path).n_layers)
     stage.reset(len(prompt) + len(tokens))
-    stage_moe.route = recording  # type: ignore[assignment]
+    moe.route = recording  # type: ignore[assignment]
     try:
         prefill = stage.forward(torch.tensor(prompt), 0).numpy()
         steps = [prefill[-1]]
@@ -97,7 +97,7 @@ def one_stage(path: Path, prompt: list[int], tokens: list[int]) -> dict[str, Any
             pos[0] = len(prompt) + i
             steps.append(stage.forward(torch.tensor([t]), pos[0]).numpy()[-1])
     finally:
-        stage_moe.route = route  # type: ignore[assignment]
+        moe.route = route  # type: ignore[assignment]
     return {"prefill": prefill, "steps": np.stack(steps), "gaps": gaps, "stage": stage}
 
 
@@ -163,7 +163,7 @@ def test_a_moe_stage_holds_every_expert_of_its_layers(models: dict[str, dict[str
     assert sorted({n.split(".")[1] for n in middle.tensors}) == ["1", "2"]
     # memory counts all experts: the stage's bytes are the spec's, experts included
     weights, _ = stage_bytes(spec, 1, 3, 0)
-    expert = sum(t.numel() * 4 for n, t in middle.tensors.items() if "_exps." in n)
+    expert = sum(t.nbytes for n, t in middle.tensors.items() if "_exps." in n)  # f32 file
     assert middle.weight_bytes == weights and expert == 2 * 3 * 8 * 64 * 64 * 4
 
 

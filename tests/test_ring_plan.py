@@ -1,6 +1,6 @@
 """strata ring plan: members, links and the partition, checked against hand-computed plans.
 
-Expected bytes come from the presets' shapes by hand (float32: the ring's stages hold float32),
+Expected bytes come from the presets' shapes by hand (the float32 files: held as stored),
 never from the code under test; a brute-force search over every member order and every split
 is the oracle for the dynamic programme. Everything runs on metadata (nothing is written) and
 loopback sockets, in seconds.
@@ -74,7 +74,7 @@ def test_the_hand_arithmetic_matches_the_preset() -> None:
 def test_two_nodes_when_one_alone_cannot_hold_it() -> None:
     cap = 500_000  # 0.9 x 500 kB = 450 kB: one layer and an end each, not the whole 689 kB
     members = [member("a", cap), member("b", cap)]
-    plan = plan_ring("synthetic:tiny", members, CTX)
+    plan = plan_ring("synthetic:tiny@f32", members, CTX)
     assert [(s.member, s.first, s.last, s.bytes) for s in plan.stages] == [
         ("a", 0, 1, FIRST), ("b", 1, 2, LAST)]
     assert plan.single_node is None and plan.need_bytes == WHOLE
@@ -85,15 +85,15 @@ def test_two_nodes_when_one_alone_cannot_hold_it() -> None:
 
 def test_the_share_must_fit_in_nine_tenths_to_the_byte() -> None:
     fits = [member("a", offering(LAST)), member("b", offering(LAST))]
-    assert len(plan_ring("synthetic:tiny", fits, CTX).stages) == 2
+    assert len(plan_ring("synthetic:tiny@f32", fits, CTX).stages) == 2
     short = [member("a", offering(LAST - 1)), member("b", offering(LAST - 1))]
     with pytest.raises(InputError, match="no contiguous split fits"):
-        plan_ring("synthetic:tiny", short, CTX)  # together enough, but not the head's stage
+        plan_ring("synthetic:tiny@f32", short, CTX)  # together enough, but not the head's stage
 
 
 def test_fits_alone_picks_the_fastest_member_and_no_links() -> None:
     members = [member("a", 10**9, bw=1e9), member("b", 10**9, bw=5e9, eta=0.5)]
-    plan = plan_ring("synthetic:tiny", members, CTX)
+    plan = plan_ring("synthetic:tiny@f32", members, CTX)
     assert plan.single_node == "b" and plan.links == [] and plan.unused == ["a"]
     (stage,) = plan.stages
     assert (stage.first, stage.last, stage.bytes) == (0, 2, WHOLE)
@@ -104,14 +104,14 @@ def test_fits_alone_picks_the_fastest_member_and_no_links() -> None:
 
 def test_as_few_members_as_needed_even_when_a_ring_would_be_faster() -> None:
     members = [member("big", 10**9, bw=1e9), member("fast", 400_000, bw=100e9)]
-    plan = plan_ring("synthetic:tiny", members, CTX)
+    plan = plan_ring("synthetic:tiny@f32", members, CTX)
     assert plan.single_node == "big" and plan.unused == ["fast"]
 
 
 def test_cannot_hold_names_the_shortfall() -> None:
     members = [member("a", 300_000), member("b", 300_000)]  # 2 x 270000 usable
     with pytest.raises(InputError) as err:
-        plan_ring("synthetic:tiny", members, CTX)
+        plan_ring("synthetic:tiny@f32", members, CTX)
     missing = WHOLE - 2 * 270_000
     assert f"{size(missing)} missing" in str(err.value)  # 145.91 KiB
     assert f"needs {size(WHOLE)}" in str(err.value)
@@ -121,8 +121,8 @@ def test_the_faster_member_takes_the_head() -> None:
     # Stage reads: first = block + KV + one embedding row (213760 B), last = block + KV +
     # the whole head (344832 B): the heavier end belongs on the faster member.
     cap = 500_000
-    slow_a = plan_ring("synthetic:tiny", [member("a", cap, 1e9), member("b", cap, 4e9)], CTX)
-    fast_a = plan_ring("synthetic:tiny", [member("a", cap, 4e9), member("b", cap, 1e9)], CTX)
+    slow_a = plan_ring("synthetic:tiny@f32", [member("a", cap, 1e9), member("b", cap, 4e9)], CTX)
+    fast_a = plan_ring("synthetic:tiny@f32", [member("a", cap, 4e9), member("b", cap, 1e9)], CTX)
     assert [s.member for s in slow_a.stages] == ["a", "b"]
     assert [s.member for s in fast_a.stages] == ["b", "a"]  # not the id order: the speed
     first_read = TINY_BLOCK + KV_BLOCK + EMBD // VOCAB
@@ -135,7 +135,7 @@ def test_the_links_choose_the_pair_and_count_in_the_time() -> None:
     members = [member("a", cap), member("b", cap), member("c", cap)]
     slow, quick = Link(10e-3, 1e6), Link(0.1e-3, 100e6)
     links = {("a", "b"): slow, ("b", "c"): slow, ("c", "a"): quick}
-    plan = plan_ring("synthetic:tiny", members, CTX, links)
+    plan = plan_ring("synthetic:tiny@f32", members, CTX, links)
     assert {s.member for s in plan.stages} == {"a", "c"} and plan.unused == ["b"]
     hops = (0.1e-3 / 2 + H * 4 / 100e6) + (0.1e-3 / 2 + VOCAB * 4 / 100e6)
     stages = (TINY_BLOCK + KV_BLOCK + EMBD // VOCAB + TINY_BLOCK + KV_BLOCK + HEAD) / 1e9
@@ -192,7 +192,7 @@ def test_moe_preset_experts_stay_with_their_layer() -> None:
     # 3 x 8 x 64 x 64 expert parameters, 2 of 8 experts read per token.
     shared, experts = 4 * 12960, 4 * 3 * 8 * 64 * 64
     cap = offering(shared + experts + KV_BLOCK + HEAD)
-    plan = plan_ring("synthetic:tiny-moe", [member("a", cap), member("b", cap)], CTX)
+    plan = plan_ring("synthetic:tiny-moe@f32", [member("a", cap), member("b", cap)], CTX)
     assert [s.bytes for s in plan.stages] == [shared + experts + KV_BLOCK + EMBD,
                                               shared + experts + KV_BLOCK + HEAD]
     assert plan.stages[1].read_bytes == shared + experts // 4 + KV_BLOCK + HEAD
@@ -252,17 +252,34 @@ def test_a_search_cut_short_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(ring_plan, "MAX_ORDERS", 1)
     members = [member("a", 500_000), member("b", 500_000)]
-    plan = plan_ring("synthetic:tiny", members, CTX)
+    plan = plan_ring("synthetic:tiny@f32", members, CTX)
     assert any("a faster order may exist" in n for n in plan.notes)
 
 
+def test_a_q8_0_file_is_planned_as_stored_and_as_float32_for_torch_ops() -> None:
+    """Lab stages hold the GGUF's blocks: a q8_0 block is 34 bytes for 32 weights (norms stay
+    float32); torch stages hold float32 (the hand arithmetic of the f32 file)."""
+    q8 = 34 * (H * H + 2 * H * KVD + H * H + 3 * FFN * H) // 32 + 4 * 2 * H
+    embd, head = 34 * VOCAB * H // 32, 34 * VOCAB * H // 32 + 4 * H
+    big = [member("big", 10**9)]
+    (whole,) = plan_ring("synthetic:tiny@q8_0", big, CTX).stages
+    assert whole.weight_bytes == 2 * q8 + embd + head
+    (f32,) = plan_ring("synthetic:tiny@q8_0", big, CTX, weights_dtype="float32").stages
+    assert f32.weight_bytes + f32.kv_bytes == WHOLE
+    out = CliRunner().invoke(app, ["ring", "plan", "synthetic:tiny@q8_0", "--node", "a:1",
+                                   "--ops", "torch", "-o", "json"])
+    assert out.exit_code == 0, out.output
+    assert json.loads(out.output)["stages"][0]["weights_bytes"] == WHOLE - 2 * KV_BLOCK
+
+
 def test_the_plan_sizes_shares_as_the_stages_hold_them() -> None:
-    """The planner's bytes are the runtime's (strata.ring.stage, float32, a tied head's copy
-    on the last stage): a plan that fits is a stage that loads."""
+    """The planner's bytes are the runtime's (strata.ring.stage: as stored for lab ops,
+    float32 for torch ops, a tied head's copy on the last stage): a plan that fits is a stage
+    that loads."""
     stage = pytest.importorskip("strata.ring.stage")
     from strata.models.source import resolve
 
-    for ref in ("synthetic:tiny", "synthetic:tiny-qwen2"):
+    for ref in ("synthetic:tiny@q8_0", "synthetic:tiny-qwen2@f32", "synthetic:tiny-qwen2@q8_0"):
         spec = resolve(ref).spec
         assert spec is not None
         caps = [member("a", 400_000), member("b", 400_000)]
@@ -347,10 +364,10 @@ def cli(*args: str, home: Path) -> tuple[int, str]:
 
 def test_cli_two_emulated_nodes_table_and_json(strata_home: Path) -> None:
     nodes = ("--node", "a:0.0004:10", "--node", "b:0.0004:40", "-c", str(CTX))
-    code, text = cli("synthetic:tiny", *nodes, "--link", "0.2:1000", home=strata_home)
+    code, text = cli("synthetic:tiny@f32", *nodes, "--link", "0.2:1000", home=strata_home)
     assert code == 0, text
     assert "0-0 +embd" in text and "1-1 +head" in text and "t/s at ctx 256" in text
-    code, text = cli("synthetic:tiny", *nodes, "--json", home=strata_home)
+    code, text = cli("synthetic:tiny@f32", *nodes, "--json", home=strata_home)
     assert code == 0, text
     doc = json.loads(text)
     check(doc, "ring.plan")
@@ -361,7 +378,7 @@ def test_cli_two_emulated_nodes_table_and_json(strata_home: Path) -> None:
     assert [(s["member"], s["memory_bytes"]) for s in doc["stages"]] == [("a", FIRST),
                                                                          ("b", LAST)]
     assert doc["predicted_ms"] is None  # links not measured, none given: no total
-    code, text = cli("synthetic:tiny", *nodes, "-o", "jsonl", home=strata_home)
+    code, text = cli("synthetic:tiny@f32", *nodes, "-o", "jsonl", home=strata_home)
     records = [json.loads(line) for line in text.splitlines()]
     for r in records:
         check(r, "ring.plan.records")
@@ -370,21 +387,22 @@ def test_cli_two_emulated_nodes_table_and_json(strata_home: Path) -> None:
 
 def test_cli_three_nodes_and_the_shortfall(strata_home: Path) -> None:
     nodes = ("--node", "a:3:20", "--node", "b:3:10", "--node", "c:3:5")
+    # --ops torch: float32 (4.9 GB) needs all three; as stored (lab ops) one would do
     code, text = cli("synthetic:llama-3.2-1b", *nodes, "--link", "0.3:110", "--json",
-                     home=strata_home)
+                     "--ops", "torch", home=strata_home)
     assert code == 0, text
     doc = json.loads(text)
     assert doc["n_nodes"] == 3 and doc["predicted_ts"] > 0
     assert sum(s["n_layers"] for s in doc["stages"]) == 16
-    code, text = cli("synthetic:llama-3.2-1b", *nodes, "--mem-cap", "1", home=strata_home)
+    code, text = cli("synthetic:llama-3.2-1b", *nodes, "--mem-cap", "0.3", home=strata_home)
     assert code == 2 and "missing" in text
 
 
 def test_cli_this_host_alone(strata_home: Path) -> None:
-    code, text = cli("synthetic:tiny-moe", home=strata_home)
+    code, text = cli("synthetic:tiny-moe@f32", home=strata_home)
     assert code == 0, text
     assert "alone: no ring needed" in text and "experts stay with it" in text
-    proc = run_cli("ring", "plan", "synthetic:tiny", "--node", "x", home=strata_home)
+    proc = run_cli("ring", "plan", "synthetic:tiny@f32", "--node", "x", home=strata_home)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "NAME:GiB" in proc.stderr
 
 
@@ -400,7 +418,7 @@ def test_cli_members_file_with_measured_links(strata_home: Path, tmp_path: Path)
            "links": [{"src": "b", "dst": "a", "rtt_s": 2e-3, "bandwidth_Bps": 1e8}]}
     path = tmp_path / "ring.json"
     path.write_text(json.dumps(doc), encoding="utf-8")
-    code, text = cli("synthetic:tiny", "--members", str(path), "-c", str(CTX), "--json",
+    code, text = cli("synthetic:tiny@f32", "--members", str(path), "-c", str(CTX), "--json",
                      home=strata_home)
     assert code == 0, text
     plan = json.loads(text)
@@ -408,7 +426,7 @@ def test_cli_members_file_with_measured_links(strata_home: Path, tmp_path: Path)
     hops = (1e-3 + H * 4 / 1e8) + (1e-3 + VOCAB * 4 / 1e8)
     assert plan["predicted_ms"] == pytest.approx(plan["predicted_stages_ms"] + hops * 1e3)
     path.write_text(json.dumps({"members": [{**a, "bandwidth_Bps": "fast"}]}), encoding="utf-8")
-    code, text = cli("synthetic:tiny", "--members", str(path), home=strata_home)
+    code, text = cli("synthetic:tiny@f32", "--members", str(path), home=strata_home)
     assert code == 2 and str(path) in text
 
 
@@ -421,7 +439,7 @@ def test_cli_connect_plans_on_the_daemons_live_members(strata_home: Path) -> Non
     server = Server("127.0.0.1", 0, {"status": lambda _msg, _chan: dict(status)})
     server.serve_in_thread()
     try:
-        code, text = cli("synthetic:tiny", "--connect", f"127.0.0.1:{server.port}", "-c",
+        code, text = cli("synthetic:tiny@f32", "--connect", f"127.0.0.1:{server.port}", "-c",
                          str(CTX), "--json", home=strata_home)
     finally:
         server.stop()
@@ -439,14 +457,14 @@ def test_measured_layer_times_choose_the_split_over_bandwidth() -> None:
     from strata.ring.plan_types import LayerTime
 
     members = [member("a", DEEP_CAP, 4e9), member("b", DEEP_CAP, 1e9)]
-    by_bytes = plan_ring("synthetic:tiny-deep", members, CTX)
+    by_bytes = plan_ring("synthetic:tiny-deep@f32", members, CTX)
     assert [(s.member, s.n_layers) for s in by_bytes.stages] == [("b", 1), ("a", 3)]
     assert {s.time_source for s in by_bytes.stages} == {"estimated"}
     # Timed: a 3 ms per layer, b 1 ms (depth = ctx: no KV beyond the timed one), head 0.5 ms.
     # (a, b): n_a x 3 + (4 - n_a) x 1 + 0.5 ms, least at n_a = 1: 6.5 ms + a's embedding row
     # at 4 GB/s; (b, a) gives 6.5 ms too but b's row at 1 GB/s: (a 1 layer, b 3 + head) wins.
     timed = {"a": LayerTime(3e-3, 5e-4, CTX, 5), "b": LayerTime(1e-3, 5e-4, CTX, 5)}
-    plan = plan_ring("synthetic:tiny-deep", members, CTX, measured=timed)
+    plan = plan_ring("synthetic:tiny-deep@f32", members, CTX, measured=timed)
     assert [(s.member, s.first, s.last) for s in plan.stages] == [("a", 0, 1), ("b", 1, 4)]
     assert [s.time_source for s in plan.stages] == ["measured", "measured"]
     assert [s.layer_ms for s in plan.stages] == pytest.approx([3.0, 1.0])
@@ -466,7 +484,7 @@ def test_a_member_without_a_timed_layer_keeps_the_estimate() -> None:
     # b timed at depth 0: a token at ctx also reads each layer's whole KV cache, at b's
     # speed (no bandwidth: the slowest measured one's, a's 4 GB/s); head not timed: its bytes.
     timed = {"b": LayerTime(1e-6, None, 0, 5)}
-    plan = plan_ring("synthetic:tiny-deep", members, CTX, measured=timed)
+    plan = plan_ring("synthetic:tiny-deep@f32", members, CTX, measured=timed)
     by = {s.member: s for s in plan.stages}
     assert by["a"].time_source == "estimated" and by["b"].time_source == "measured"
     # a estimated: 213504 B per block at 4 GB/s = 53 µs > b's 1 µs + 65536 B / 4 GB/s = 17 µs
@@ -490,6 +508,6 @@ def test_measured_times_within_noise_are_one_speed() -> None:
     assert settled["c"] == timed["c"]  # more than SAME_SPEED slower than b: its own speed
     # Two members of one machine: noise must not decide the order (ties resolve by id).
     members = [member("a", DEEP_CAP, 1e9), member("b", DEEP_CAP, 1e9)]
-    plan = plan_ring("synthetic:tiny-deep", members, CTX,
+    plan = plan_ring("synthetic:tiny-deep@f32", members, CTX,
                      measured={k: timed[k] for k in ("a", "b")})
     assert [s.member for s in plan.stages] == ["a", "b"]

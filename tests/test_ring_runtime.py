@@ -303,7 +303,7 @@ def _chain(path: Path, cuts: list[int], ids: list[int], factors: bool = True) ->
     rows = []
     for s in stages:
         if not factors:
-            s.rope_freqs = None
+            s.executor.weights.rope_freqs = None
         s.reset(len(ids))
     for pos, chunk in ((0, ids[:-3]), *((len(ids) - 3 + i, [t]) for i, t in
                                         enumerate(ids[-3:]))):

@@ -49,6 +49,10 @@ def serve(
         "multicast does not reach; one live member is enough.", show_default=False)] = None,
     device: Annotated[str, typer.Option("--device", help="Where this node's layers run "
                                         "(cpu, cuda:0, ...).")] = "cpu",
+    ops: Annotated[str, typer.Option(
+        "--ops", help="How this node's layers compute: lab (the kernel lab's verified kernels "
+        "on the GGUF's blocks as stored) or torch (dequantised to float32: 4 bytes a "
+        "weight).")] = "lab",
     mem_cap: Annotated[float | None, typer.Option(
         "--mem-cap", metavar="GIB", help="Memory this node may use for the model, in GiB "
         "(default: what is available).", show_default=False)] = None,
@@ -77,17 +81,22 @@ def serve(
       strata ring serve
       strata ring serve --name b --port 7474 --peers 192.168.1.10:7473
       strata ring serve --device cuda:0 --mem-cap 20
+      strata ring serve --ops torch
     """
     from strata.ring.members import Member
     from strata.ring.node import Node, NodeConfig
 
     check_positive("--timeout", timeout)
+    from strata.engine.ops import names as ops_names
+
+    if ops not in ops_names():
+        raise InputError(f"--ops {ops}: choose one of {', '.join(ops_names())}")
     if mem_cap is not None:
         check_positive("--mem-cap", mem_cap)
     from strata.ring.control import bind, parse_peers
 
     config = NodeConfig(name=name or _default_name(port), host=host, port=port,
-                        peers=parse_peers(peers), device=device, mdns=mdns,
+                        peers=parse_peers(peers), device=device, ops=ops, mdns=mdns,
                         mem_cap_bytes=None if mem_cap is None else int(mem_cap * GIB),
                         heartbeat_s=timeout / 6, timeout_s=timeout, db=db)
     # The port first: one that is in use fails in one line before the host is probed.
@@ -104,7 +113,7 @@ def serve(
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: node.stopped.set())
     node.start(sock)
-    err.print(f"ring node {member.id} on {member.host}:{config.port} ({device}, "
+    err.print(f"ring node {member.id} on {member.host}:{config.port} ({device}, {ops} ops, "
               f"{_gib(member.available_bytes)} available); mDNS "
               f"{'on' if node.mdns and not node.mdns.reason else 'off'}", highlight=False,
               markup=False, soft_wrap=True)

@@ -57,9 +57,9 @@ def plan(
     ctx: Annotated[int | None, typer.Option(
         "--ctx", "-c", help=f"Context per sequence, in tokens (default {DEFAULT_CTX}).",
         show_default=False)] = None,
-    as_stored: Annotated[bool, typer.Option(
-        "--as-stored", help="Size weights as stored in the file (default: float32, as the "
-        "ring's stages hold them).")] = False,
+    ops: Annotated[str, typer.Option(
+        "--ops", help="How the members' stages compute (strata ring serve --ops): lab holds "
+        "the weights as stored in the file, torch dequantises them to float32.")] = "lab",
     fmt: FormatOption = None,
     json_out: JsonOption = False,
     db: DbOption = None,
@@ -79,10 +79,12 @@ def plan(
       strata ring plan model.gguf --connect 192.168.1.10:7473 -o json
       strata ring plan synthetic:tiny --mem-cap 0.001 --link 0.2:1000
     """
-    from strata.ring.plan import plan_ring
+    from strata.ring.plan import HELD_DTYPE, plan_ring
     from strata.ring.plan_view import MD_FIELDS, print_plan
 
     chosen = output_format(fmt, json_out)
+    if ops not in HELD_DTYPE:
+        raise InputError(f"--ops {ops}: choose one of {', '.join(HELD_DTYPE)}")
     if mem_cap is not None:
         check_positive("--mem-cap", mem_cap)
     given = _given_link(link)
@@ -95,7 +97,7 @@ def plan(
     times, missing, why = _daemon_times(connect, model) if connect is not None else \
         ({}, {}, "")
     result = plan_ring(model, members, DEFAULT_CTX if ctx is None else ctx, links,
-                       weights_dtype=None if as_stored else "float32", measured=times)
+                       weights_dtype=HELD_DTYPE[ops], measured=times)
     if connect is not None:
         from strata.ring.layer_time import estimate_notes
 

@@ -30,7 +30,7 @@ def load(path: str | Path, device: str = "cpu", n_ctx: int = DEFAULT_CTX,
     import torch
 
     from strata.backends.torch_device import resolve_device
-    from strata.lab.kernels import Kernels, needed_ops
+    from strata.engine.ops_lab import LabOps
     from strata.lab.model import LabModel
     from strata.lab.threads import set_threads
     from strata.lab.weights import read_weights
@@ -40,9 +40,8 @@ def load(path: str | Path, device: str = "cpu", n_ctx: int = DEFAULT_CTX,
     dev: torch.device = resolve_device(device)
     used = set_threads(threads)
     weights = read_weights(Path(path), dev)
-    kinds = [t.kind for t in weights.tensors.values() if len(t.shape) == 2]
-    kernels = Kernels.resolve(needed_ops(kinds), dev, open_db(db or default_db_path()), say)
-    model = LabModel(weights, kernels, dev, threads=used)
+    ops = LabOps.for_weights(weights, dev, say, open_db(db or default_db_path()))
+    model = LabModel.build(weights, ops, dev, threads=used)
     model.reset(n_ctx)
     return model
 

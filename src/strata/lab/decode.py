@@ -82,6 +82,14 @@ class DecodeStep:
     layers: list[LayerCalls] = field(default_factory=list)
     head: list[Call] = field(default_factory=list)
 
+    @staticmethod
+    def fits(m: LabModel) -> bool:
+        """Is every layer the plain dense one bound here (no q/k norms, experts, other
+        activations or embedding scale)? Other layers decode through the forward pass."""
+        a = m.weights.arch
+        return not (m.weights.moe or a.has("q_norm") or a.has("k_norm")
+                    or a.activation != "silu" or a.embed_scale != "none")
+
     @classmethod
     def build(cls, m: LabModel) -> DecodeStep:
         step = cls(m, Buffers.allocate(m))
@@ -135,7 +143,7 @@ class DecodeStep:
         m, b = self.model, self.buf
         assert m.cache is not None and m.rope is not None
         pos, d = m.pos, m.weights.spec.head_dim
-        b.x.copy_(m._embed([token]))
+        b.x.copy_(m._embed_ids([token]))
         m._pos_t.fill_(pos)
         b.cos.copy_(m.rope.cos[pos:pos + 1])
         b.sin.copy_(m.rope.sin[pos:pos + 1])

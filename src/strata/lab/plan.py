@@ -159,11 +159,12 @@ def plan_op(op: str, device: str, conn: sqlite3.Connection, fingerprint: str,
 
 
 def _blockers(spec: ModelSpec) -> list[str]:
-    from strata.models.gguf_torch import ARCHS
+    from strata.models import arch
 
     out = []
-    if spec.arch not in ARCHS:
-        out.append(f"the lab runs the {', '.join(ARCHS)} architectures, not {spec.arch}")
+    if arch.find(spec.arch) is None:
+        out.append(f"the lab runs the {', '.join(arch.names())} architectures, not "
+                   f"{spec.arch}")
     vectors = sorted({t.dtype for t in spec.tensors if len(t.shape) < 2} - set(VECTOR_TYPES))
     if vectors:
         out.append(f"1-D tensors stored as {', '.join(vectors)} (the lab reads "

@@ -40,6 +40,7 @@ class NodeConfig:
     port: int = control.DEFAULT_PORT
     peers: list[Addr] = field(default_factory=list)
     device: str = "cpu"
+    ops: str = "lab"  # how this node's stages compute: lab kernels (as stored) or torch
     mem_cap_bytes: int | None = None
     advertise: str | None = None  # the address peers reach us by (default: from the socket)
     mdns: bool = True

@@ -31,7 +31,7 @@ from strata.ring.runtime_assign import (  # noqa: F401  (part of this module's A
     check_fit,
     even_split,
 )
-from strata.ring.stage import Stage, check_range
+from strata.ring.stage import DEFAULT_OPS, Stage, check_range
 from strata.ring.transport import Group, Header, Kind, PeerLost
 
 LOAD_TIMEOUT_S = 600.0  # how long the driver waits for the other stages to load their layers
@@ -51,7 +51,7 @@ class Mode(IntEnum):
 def serve_stage(group: Group, assignment: StageAssignment, model_ref: str,
                 stage: Stage | None = None, mem_cap_bytes: int | None = None,
                 on_message: Callable[[Header], None] | None = None,
-                device: str = "cpu") -> Stage:
+                device: str = "cpu", ops: str = DEFAULT_OPS) -> Stage:
     """Serve `assignment` until STOP (or until this process closes the group while the ring
     is idle); returns the stage (reused by the next epoch when its
     layers stay the same). On a lost peer: report it to the epoch's store, drop the group
@@ -60,9 +60,9 @@ def serve_stage(group: Group, assignment: StageAssignment, model_ref: str,
     if assignment.rank != group.rank or group.rank == 0:
         raise ValueError(f"serve_stage runs ranks 1..{group.world - 1}, not {assignment}")
     try:
-        if stage is None or not stage.holds(model_ref, assignment.first, assignment.last):
+        if stage is None or not stage.holds(model_ref, assignment.first, assignment.last, ops):
             stage = Stage.load(model_ref, assignment.first, assignment.last, device,
-                               mem_cap_bytes=mem_cap_bytes)
+                               mem_cap_bytes=mem_cap_bytes, ops=ops)
     except Exception as exc:  # rank 0 reports this rank's own words instead of waiting
         group.mark_ready(f"{type(exc).__name__}: {exc}" if not isinstance(exc, InputError)
                          else str(exc))
@@ -193,8 +193,10 @@ class Driver:
 
     def __init__(self, group: Group, assignments: list[StageAssignment], model_ref: str,
                  stage: Stage | None = None, mem_cap_bytes: int | None = None,
-                 load_timeout_s: float = LOAD_TIMEOUT_S, device: str = "cpu") -> None:
+                 load_timeout_s: float = LOAD_TIMEOUT_S, device: str = "cpu",
+                 ops: str = DEFAULT_OPS) -> None:
         self.model_ref, self.mem_cap_bytes, self.device = model_ref, mem_cap_bytes, device
+        self.ops = ops
         self.load_timeout_s = load_timeout_s
         self.stage = stage
         self.state: RequestState | None = None
@@ -209,10 +211,11 @@ class Driver:
         mine = next((a for a in assignments if a.rank == 0), None)
         if mine is None:
             raise InputError(f"no stage assignment for rank 0 in {assignments}")
-        if self.stage is None or not self.stage.holds(self.model_ref, mine.first, mine.last):
+        if self.stage is None or not self.stage.holds(self.model_ref, mine.first, mine.last,
+                                                      self.ops):
             self.stage = None  # free the old share before loading the new one
             self.stage = Stage.load(self.model_ref, mine.first, mine.last, self.device,
-                                    mem_cap_bytes=self.mem_cap_bytes)
+                                    mem_cap_bytes=self.mem_cap_bytes, ops=self.ops)
         check_range(self.stage.spec, mine.first, mine.last)
         check_assignments(self.stage.spec.n_layers, assignments, group.world)
         if getattr(self, "group", None) is not group:

@@ -46,7 +46,9 @@ from strata.ring.members import HEADROOM, Member
 from strata.ring.plan_time import SAME_SPEED, Timing, eta, timings_of
 from strata.ring.plan_types import LayerTime, LinkPlan, RingPlan, StagePlan, size
 
-RUNTIME_DTYPE = "float32"  # how the ring's stages hold weights (strata.ring.stage: float32)
+# how the ring's stages hold weights, per ops backend (strata.ring.stage): the lab's
+# kernels read the GGUF's blocks as stored (None), the torch ops dequantise to float32
+HELD_DTYPE: dict[str, str | None] = {"lab": None, "torch": "float32"}
 MAX_ORDERS = 20_000  # ordered member choices tried per size k (8 members, k = 4: 1680)
 _BLOCK = re.compile(r"^(?:blk|model\.layers)\.(\d+)\.")  # fit.memory's block naming
 
@@ -107,15 +109,16 @@ class _Candidate:
 
 
 def plan_ring(model: str | ModelSpec, members: Sequence[Member], ctx: int, links: Links = None,
-              dtype_bytes: int = 4, *, weights_dtype: str | None = RUNTIME_DTYPE,
+              dtype_bytes: int = 4, *, weights_dtype: str | None = None,
               kv_elem_bytes: float | None = None, return_bytes: int | None = None,
               measured: Mapping[str, LayerTime] | None = None) -> RingPlan:
     """The plan for `model` (a ref strata.models.source resolves, or a ModelSpec) on
     `members` at context `ctx`. `links`: measured links by (from id, to id) (either
     direction serves), one Link for every pair, or None (link time then not predicted).
     `dtype_bytes`: activations on the wire; `weights_dtype`: how stages hold weights (None:
-    as stored); `kv_elem_bytes`: KV cache element (default dtype_bytes); `return_bytes`: what
-    the last stage sends back per token (default: vocab x dtype_bytes of logits);
+    as stored, as lab ops do; "float32" as torch ops do: HELD_DTYPE); `kv_elem_bytes`: KV
+    cache element (default dtype_bytes); `return_bytes`: what the last stage sends back per
+    token (default: vocab x dtype_bytes of logits);
     `measured`: per member id, its timed decoder layer of this model (replaces the bandwidth
     estimate of that member's stages; members absent from it keep the estimate).
     InputError when the members cannot hold the model, naming what is missing."""
@@ -295,8 +298,8 @@ def _build(ref: str, spec: ModelSpec, ctx: int, costs: LayerCosts, best: _Candid
 
 def _notes(spec: ModelSpec, stages: list[StagePlan], hops: list[LinkPlan],
            weights_dtype: str | None, ctx: int) -> list[str]:
-    held = (f"as {weights_dtype} (how the stages hold them)" if weights_dtype else
-            "as stored in the file (--as-stored; the ring's stages hold float32)")
+    held = (f"as {weights_dtype} (how --ops torch stages hold them)" if weights_dtype else
+            "as stored in the file (how --ops lab stages hold them)")
     notes = [f"weights {held}, KV cache at --ctx {ctx}; each share "
              f"within {HEADROOM:g} of its member's memory",
              "time per token = Σ stages + Σ links (RTT/2 + bytes / MB/s); a stage's time is "
@@ -334,7 +337,6 @@ def _shortfall(ref: str, ctx: int, costs: LayerCosts, members: Sequence[Member])
     have = f"{who} {size(usable)} usable ({HEADROOM:g} of {size(offered)})"
     if usable < need:
         missing = need - usable
-        # No "smaller quantisation" advice: the stages hold float32 whatever the file stores
         return (f"{ref} at a context of {ctx} tokens needs {size(need)} (weights "
                 f"{size(need - kv)} + KV cache {size(kv)}) but the {have}: {size(missing)} "
                 f"missing — add a member with {size(missing / HEADROOM)} free, or use a "

@@ -136,7 +136,8 @@ class StageHost:
                                             order.get("op_timeout_s"))
             self.stage = serve_stage(group, mine, order["model"], self.stage,
                                      self.node.config.mem_cap_bytes, self._die_hook(),
-                                     device=self.node.config.device)
+                                     device=self.node.config.device,
+                                     ops=self.node.config.ops)
         except PeerLost as exc:
             self.node.log(f"epoch {order['epoch']}: {exc}")
         except Exception as exc:  # a stage that cannot load: rank 0 reports its words
@@ -183,7 +184,8 @@ class StageHost:
                 group = form_group(order["master"], self.store_port or 0, 0, order["world"],
                                    order["epoch"], FORM_TIMEOUT_S, order.get("op_timeout_s"))
                 driver = Driver(group, assignments, order["model"], self.stage,
-                                self.node.config.mem_cap_bytes, device=self.node.config.device)
+                                self.node.config.mem_cap_bytes, device=self.node.config.device,
+                                ops=self.node.config.ops)
                 self.driver, self.stage = driver, driver.stage
             formed_s = time.perf_counter() - t0
             prompt, n = list(msg["prompt"]), int(msg["n"])

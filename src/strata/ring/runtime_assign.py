@@ -41,7 +41,7 @@ def check_assignments(n_layers: int, assignments: list[StageAssignment], world: 
 
 def check_fit(model_ref: str, assignments: list[StageAssignment], ctx: int,
               caps: dict[int, int | None]) -> None:
-    """InputError naming what is missing when a rank's share (float32 weights + KV cache at
+    """InputError naming what is missing when a rank's share (weights as held + KV cache at
     `ctx`) exceeds its memory cap; nothing is read but the GGUF header."""
     from strata.models.source import resolve
 

@@ -1,0 +1,114 @@
+"""The kernel lab's ops: weights as stored, every op dispatched per device (docs §7).
+
+Each call goes to the fastest verified kernel of the device (`strata.lab.kernels.Kernels`;
+the built-ins are verified on first use), into an output allocated here. Torch is glue only:
+the embedding lookup (the looked-up rows of a quantised table dequantised), and whatever the
+executor does between ops (residual adds, the K/V writes, routing) — counted by
+`strata.lab.accounting` where `-B lab` reports it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from strata.engine.weights import ModelWeights, Stored
+from strata.errors import InputError
+from strata.lab.kernels import Kernels
+from strata.lab.plan import LAYER_OPS, LINEAR_OPS
+
+# activation of a gated MLP -> the lab op that computes act(gate) * up
+GLU_OPS = {"silu": "silu_mul"}
+
+
+def lab_ops_for(weights: ModelWeights) -> list[str]:
+    """The lab ops a layer range runs: the layer's own, one linear per matrix storage type."""
+    kinds = sorted({w.kind for w in weights.tensors.values() if len(w.shape) >= 2})
+    unread = [k for k in kinds if k not in LINEAR_OPS]
+    if unread:
+        raise InputError(f"ops lab: no lab op multiplies {', '.join(unread)} weights yet "
+                         "(strata fit MODEL -B lab lists what is missing); use the torch "
+                         "ops (dequantised) or --backend llamacpp")
+    act = weights.arch.activation
+    if act not in GLU_OPS:
+        raise InputError(f"ops lab: no lab op computes {act}(gate)·up yet ({weights.arch.name}"
+                         "'s MLP); use the torch ops")
+    layer = [op for op in LAYER_OPS if op != "silu_mul"] + [GLU_OPS[act]]
+    return [*layer, *(LINEAR_OPS[k] for k in kinds)]
+
+
+@dataclass
+class LabOps:
+    kernels: Kernels
+    name: str = "lab"
+
+    @classmethod
+    def for_weights(cls, weights: ModelWeights, device: torch.device,
+                    say: Callable[[str], None], conn: Any = None) -> LabOps:
+        from strata.paths import default_db_path
+        from strata.store import open_db
+
+        ops = lab_ops_for(weights)
+        return cls(Kernels.resolve(ops, device, conn or open_db(default_db_path()), say))
+
+    @property
+    def device(self) -> torch.device:
+        return self.kernels.device
+
+    def prepare(self, name: str, w: Stored) -> Stored | torch.Tensor:
+        # matrices as stored (the kernels read the blocks); norms and biases are the
+        # float32 vectors the ops and the glue take
+        return w.data if len(w.shape) == 1 else w
+
+    def nbytes(self, held: Stored | torch.Tensor) -> int:
+        if isinstance(held, Stored):
+            return held.nbytes
+        return held.numel() * held.element_size()
+
+    def embed(self, table: Stored, ids: torch.Tensor) -> torch.Tensor:
+        from strata.kernels.ops import _quant
+
+        rows = table.data.index_select(0, ids)
+        if table.kind.lower() in _quant.BLOCK_BYTES:
+            return _quant.dequantize(table.kind.lower(), rows, table.shape[1],
+                                     torch.float32).contiguous()
+        if table.kind not in ("F32", "F16"):
+            from strata.engine.ops_torch import dequantize
+
+            return dequantize(Stored(table.kind, rows, (rows.shape[0], table.shape[1])))
+        return rows.float().contiguous()
+
+    def linear(self, x: torch.Tensor, w: Stored) -> torch.Tensor:
+        out = torch.empty(x.shape[0], w.shape[-2], dtype=torch.float32, device=x.device)
+        self.kernels.call(LINEAR_OPS[w.kind], out, x.contiguous(), w.data)
+        return out
+
+    def expert(self, w: Stored, e: int) -> Stored:
+        return w.expert(e)
+
+    def rmsnorm(self, x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
+        x = x.contiguous()
+        out = torch.empty_like(x)
+        self.kernels.call("rmsnorm", out, x, w, eps=eps)
+        return out
+
+    def rope(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        x = x.contiguous()
+        out = torch.empty_like(x)
+        self.kernels.call("rope", out, x, cos, sin)
+        return out
+
+    def attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: int,
+                  pos_t: torch.Tensor, scale: float) -> torch.Tensor:
+        q = q.contiguous()
+        out = torch.empty_like(q)
+        self.kernels.call("attention_cached", out, q, k, v, pos_t, scale=scale)
+        return out
+
+    def glu(self, activation: str, gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+        out = torch.empty_like(gate)
+        self.kernels.call(GLU_OPS[activation], out, gate.contiguous(), up.contiguous())
+        return out

@@ -1,0 +1,91 @@
+"""Plain PyTorch ops on float32 weights dequantised at load: the executor's reference twin.
+
+Every weight becomes float32 in its logical shape (gguf-py's dequantisers, the reference
+implementation of every GGML block type, for the block types strata's kernels do not
+decode); the maths is transformers' Llama (rotate-half RoPE, GQA, RMSNorm, SwiGLU/GeGLU)
+written out over a KV cache. Memory: 4 bytes per weight, whatever the file stores.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from strata.engine.weights import ModelWeights, Stored
+from strata.errors import InputError
+
+
+def dequantize(w: Stored) -> torch.Tensor:
+    """float32 values of a stored tensor, in its logical shape."""
+    if w.kind in ("F32", "F16"):
+        return w.data.float().reshape(w.shape)
+    from strata.kernels.ops import _quant
+
+    kind = w.kind.lower()
+    if kind in _quant.BLOCK_BYTES:
+        return _quant.dequantize(kind, w.data, w.shape[-1], torch.float32).reshape(w.shape)
+    import gguf
+
+    try:
+        values = gguf.quants.dequantize(w.data.cpu().numpy(), gguf.GGMLQuantizationType[w.kind])
+    except (NotImplementedError, KeyError):
+        raise InputError(f"gguf-py cannot dequantise {w.kind} (ops torch)") from None
+    return torch.from_numpy(np.ascontiguousarray(values, dtype=np.float32)) \
+        .reshape(w.shape).to(w.data.device)
+
+
+@dataclass
+class TorchOps:
+    name: str = "torch"
+
+    @classmethod
+    def for_weights(cls, weights: ModelWeights, device: torch.device,
+                    say: Callable[[str], None]) -> TorchOps:
+        return cls()
+
+    def prepare(self, name: str, w: Stored) -> torch.Tensor:
+        return dequantize(w)
+
+    def nbytes(self, held: Any) -> int:
+        return held.numel() * held.element_size()
+
+    def embed(self, table: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+        return table[ids]
+
+    def linear(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return x @ w.T
+
+    def expert(self, w: torch.Tensor, e: int) -> torch.Tensor:
+        return w[e]
+
+    def rmsnorm(self, x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
+        return w * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
+
+    def rope(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        half = x.shape[-1] // 2
+        x1, x2 = x[..., :half], x[..., half:]
+        c, s = cos[:, None, :], sin[:, None, :]  # [T, 1, D/2] over the heads
+        return torch.cat((x1 * c - x2 * s, x2 * c + x1 * s), dim=-1)
+
+    def attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: int,
+                  pos_t: torch.Tensor, scale: float) -> torch.Tensor:
+        end = pos + q.shape[1]
+        rep = q.shape[0] // k.shape[0]  # GQA: consecutive query heads share a KV head
+        keys = k[:, :end].repeat_interleave(rep, dim=0)
+        values = v[:, :end].repeat_interleave(rep, dim=0)
+        # query i sits at position pos + i and sees keys 0..pos + i (causal at any depth)
+        mask = torch.arange(end, device=q.device)[None, :] <= \
+            torch.arange(pos, end, device=q.device)[:, None]
+        return F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=scale)
+
+    def glu(self, activation: str, gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+        return _ACTIVATIONS[activation](gate) * up
+
+
+_ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "silu": F.silu, "gelu": lambda x: F.gelu(x, approximate="tanh")}
