@@ -172,7 +172,9 @@ def _stored(path: Path, shard: Shard, index: int, spec: ModelSpec, arch: Arch,
     kind = _kind(t.type_id)
     shape = tuple(reversed(t.ne))
     rows = int(np.prod(shape[:-1], dtype=np.int64)) if len(shape) > 1 else 1
-    if len(shape) == 1 or kind == "BF16":
+    if len(shape) == 1:  # a vector: one element per row (a q/k bias unpermutes by rows too)
+        values, kind = _floats(path, shard, index).reshape(-1, 1), "F32"
+    elif kind == "BF16":
         values, kind = _floats(path, shard, index).reshape(rows, -1), "F32"
     else:
         raw = _read(shard, index)

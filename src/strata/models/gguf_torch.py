@@ -66,11 +66,21 @@ class ArchRule:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-ARCHS: dict[str, ArchRule] = {
-    "llama": ArchRule("llama", permuted_qk=True),
-    "qwen2": ArchRule("qwen2", permuted_qk=False,
-                      extra={"use_sliding_window": False, "sliding_window": None}),
-}
+def _transformers_archs() -> dict[str, ArchRule]:
+    """The declared architectures (strata.models.arch) a transformers Llama/Qwen2 class runs
+    from this module's tensor names: dense, SwiGLU, no q/k norms."""
+    from strata.models import arch
+
+    out = {}
+    for name in arch.names():
+        a = arch.get(name)
+        if a.model_type and a.experts != "always" and a.mlp == "swiglu" \
+                and not a.has("q_norm") and a.embed_scale == "none":
+            out[name] = ArchRule(a.model_type, a.permuted_qk, dict(a.transformers_extra))
+    return out
+
+
+ARCHS: dict[str, ArchRule] = _transformers_archs()
 
 
 @dataclass
