@@ -1,7 +1,7 @@
 """Ring vs single process on this one machine: overhead and correctness, NOT scaling.
 
     .venv/bin/python benchmarks/ring_vs_single.py [--model synthetic:smollm2-135m@f32]
-        [-p 64] [-n 32] [-r 3] [--home DIR]
+        [-p 64] [-n 32] [-r 3] [--home DIR] [--ops lab,torch]
 
 Every ring member here is a process on the same host, so the nodes share its cores (2 on
 the machine this was written on): a ring cannot be faster than one process here, and each
@@ -11,9 +11,12 @@ alone could not meet.
 
 Rows (same random prompt sizes, same metric code: strata.bench.metrics.compute):
   torch       strata's torch backend, in this process, float32 (the single-process baseline)
-  ring x1     one `strata ring serve` daemon, no cap: the ring's stage code with one stage
-  ring x2/x3  2 / 3 daemons, each with a --mem-cap that lets no fewer members hold the
-              model (found with strata.ring.plan), asked through `-B ring` (RingBackend)
+  ring x1     one `strata ring serve` daemon, no cap: the ring's stage code with one stage,
+              once per --ops (lab: the GGUF's blocks on lab kernels; torch: float32), with
+              the weight bytes each stage holds (strata.ring.stage.stage_bytes)
+  ring x2/x3  2 / 3 daemons (the first --ops), each with a --mem-cap that lets no fewer
+              members hold the model (found with strata.ring.plan), asked through
+              `-B ring` (RingBackend)
 Figures: prefill t/s, decode t/s, TTFT, ITL p50/p90, bytes per token per link, the plan's
 predicted ms/token vs the measured one (the daemons' roofline is measured first with
 `strata probe --measure`). Churn (LocalRing, 3 worker processes, C's runtime): the last
@@ -63,10 +66,10 @@ def free_port() -> int:
 # -- caps: the smallest per-node cap with which `world` members, and no fewer, hold it -------
 
 
-def cap_for(model: str, world: int, ctx: int) -> int:
+def cap_for(model: str, world: int, ctx: int, ops: str) -> int:
     from strata.errors import InputError
     from strata.ring.members import Member
-    from strata.ring.plan import plan_ring
+    from strata.ring.plan import HELD_DTYPE, plan_ring
 
     def members(n: int, cap: int) -> list[Member]:
         return [Member(f"m{i}", "127.0.0.1", 0, "cpu", 64 * GIB, cap, None, None, "x", 0)
@@ -74,7 +77,8 @@ def cap_for(model: str, world: int, ctx: int) -> int:
 
     def fits(n: int, cap: int) -> bool:
         try:
-            return len(plan_ring(model, members(n, cap), ctx).stages) <= n
+            return len(plan_ring(model, members(n, cap), ctx,
+                                 weights_dtype=HELD_DTYPE[ops]).stages) <= n
         except InputError:
             return False
 
@@ -96,14 +100,14 @@ class Daemons:
         self.home, self.procs, self.ports = home, {}, {}
         self.env = {**os.environ, "STRATA_HOME": str(home), "STRATA_PROGRESS": "0"}
 
-    def start(self, names: list[str], cap: int | None) -> str:
+    def start(self, names: list[str], cap: int | None, ops: str) -> str:
         from strata.ring import control
 
         first = None
         for name in names:
             port = free_port()
             cmd = [*STRATA, "ring", "serve", "--name", name, "--port", str(port), "--host",
-                   "127.0.0.1", "--no-mdns", "--timeout", "3"]
+                   "127.0.0.1", "--no-mdns", "--timeout", "3", "--ops", ops]
             cmd += ["--mem-cap", f"{cap / GIB:.6f}"] if cap else []
             cmd += ["--peers", first] if first else []
             log = (self.home / f"{name}.log").open("ab")
@@ -168,19 +172,23 @@ def single_torch(model: Any, args: argparse.Namespace) -> Row:
         b.close()
 
 
-def ring_row(model: Any, args: argparse.Namespace, world: int, home: Path) -> Row:
+def ring_row(model: Any, args: argparse.Namespace, world: int, home: Path, ops: str) -> Row:
     from strata.backends import create
     from strata.backends.base import LoadConfig
     from strata.backends.ring import link_bytes
+    from strata.ring.stage import stage_bytes
 
-    cap = cap_for(args.model, world, args.p + args.n + 1) if world > 1 else None
+    cap = cap_for(args.model, world, args.p + args.n + 1, ops) if world > 1 else None
     daemons = Daemons(home)
     try:
-        os.environ["STRATA_RING"] = daemons.start([f"n{i}" for i in range(world)], cap)
+        os.environ["STRATA_RING"] = daemons.start([f"n{i}" for i in range(world)], cap, ops)
         b = create("ring")
         b.load(model, LoadConfig())
         capped = f", cap {cap / 2**20:.0f} MiB/node" if cap else ", no cap"
-        row = measure(b, Row(f"ring x{world}{capped}"), args.p, args.n, args.r)
+        spec = model.spec_for("gguf")
+        held = stage_bytes(spec, 0, spec.n_layers, 0, ops)[0] / 2**20
+        row = measure(b, Row(f"ring x{world} {ops} ({held:.0f} MiB held){capped}"), args.p,
+                      args.n, args.r)
         last = b._last  # the last reply: its plan and link counters
         row.plan = " ".join(f"{s['member']}[{s['first']},{s['last']})" for s in last["stages"])
         row.links = ", ".join(f"{x['src']}>{x['dst']} {x['bytes_per_token']:.0f}"
@@ -266,14 +274,14 @@ def _mean(values: list[float]) -> float:
 
 
 def table(rows: list[Row]) -> str:
-    head = (f"{'config':<30} {'prefill t/s':>11} {'decode t/s':>10} {'TTFT ms':>8} "
+    head = (f"{'config':<44} {'prefill t/s':>11} {'decode t/s':>10} {'TTFT ms':>8} "
             f"{'ITL p50':>8} {'ITL p90':>8} {'pred ms/t':>9} {'meas ms/t':>9}  "
             "bytes/token per link; plan")
     lines = [head, "-" * len(head)]
     for r in rows:
         meas = 1e3 / _mean(r.decode_tps)
         pred = f"{r.predicted_ms:.2f}" if r.predicted_ms else "-"
-        lines.append(f"{r.name:<30} {_mean(r.prefill_tps):>11.1f} {_mean(r.decode_tps):>10.2f} "
+        lines.append(f"{r.name:<44} {_mean(r.prefill_tps):>11.1f} {_mean(r.decode_tps):>10.2f} "
                      f"{_mean(r.ttft_s) * 1e3:>8.1f} {_pct(r.itl_s, 50) * 1e3:>8.2f} "
                      f"{_pct(r.itl_s, 90) * 1e3:>8.2f} {pred:>9} {meas:>9.2f}  "
                      f"{r.links}; {r.plan}")
@@ -288,6 +296,8 @@ def main() -> None:
     ap.add_argument("-r", type=int, default=3)
     ap.add_argument("--home", type=Path, default=None)
     ap.add_argument("--skip-probe", action="store_true", help="the home has a roofline")
+    ap.add_argument("--ops", default="lab,torch",
+                    help="the stages' ops, comma-separated (x1 runs each; x2/x3 the first)")
     args = ap.parse_args()
     home = args.home or Path(tempfile.mkdtemp(prefix="ring-bench-"))
     home.mkdir(parents=True, exist_ok=True)
@@ -305,8 +315,10 @@ def main() -> None:
     print(f"{args.model}: {spec.n_layers} layers, {spec.weight_bytes() / 2**20:.0f} MiB as "
           f"stored; pp{args.p} + tg{args.n}, {args.r} reps after a warm-up; home {home}")
     rows = [single_torch(model, args)]
-    for world in (1, 2, 3):
-        rows.append(ring_row(model, args, world, home))
+    ops = args.ops.split(",")
+    rows += [ring_row(model, args, 1, home, o) for o in ops]
+    for world in (2, 3):
+        rows.append(ring_row(model, args, world, home, ops[0]))
     print(table(rows))
     c = churn(path, spec.n_layers, args)
     print(f"churn (3 -> 2 stages, LocalRing, last stage SIGKILLed after {c['at_token']} of "

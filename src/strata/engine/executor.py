@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import torch
@@ -89,7 +90,7 @@ class Executor:
         suffix = self._suffix.get(role)
         return None if suffix is None else self.held.get(f"blk.{layer}.{suffix}")
 
-    @property
+    @cached_property
     def _suffix(self) -> dict[str, str]:
         return {x.role: x.suffix for x in self.weights.arch.layer}
 
