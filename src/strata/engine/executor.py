@@ -1,15 +1,15 @@
-"""The one forward pass: any registered architecture, any layer range, any ops backend.
+"""The inference executor: a layer range of a declared architecture over a KV cache.
 
     weights = read_range(path, first, last, device)      # strata.engine.weights, as stored
     ex = Executor.build(weights, ops.make("lab", weights, device), device)
     ex.reset(capacity)
     out = ex.forward(ids_or_activations, pos, logits_from=0)
 
-`-B lab` is an executor over every layer with the lab's ops (strata.lab.model adds prefill
-chunking and the bound decode step); a ring stage is an executor over its layers with the
-ops its member chose (strata.ring.stage). What a layer does follows from the architecture's
-declaration (strata.models.arch): q/k/v biases where the file has them, q/k norms where
-declared, a gated MLP (SwiGLU/GeGLU) or routed experts, the embedding scale.
+The layers themselves are `strata.engine.graph` (shared with `strata train`); this adds the
+state: the weights as the ops hold them, a KV cache per local layer, the RoPE tables and the
+position. `-B lab` is an executor over every layer with the lab's ops (strata.lab.model adds
+prefill chunking and the bound decode step); a ring stage is one over its layers with the
+ops its member chose (strata.ring.stage).
 
 Layouts: activations [T, hidden] float32; the cache of a local layer is k, v [Hkv, C, D],
 filled up to the position after the last forward.
@@ -17,18 +17,15 @@ filled up to the position after the last forward.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
-from functools import cached_property
 from typing import Any
 
 import torch
 
-from strata.engine import moe
+from strata.engine import graph
 from strata.engine.ops import Ops
 from strata.engine.rope import Rope
-from strata.engine.weights import OUTPUT_NORM, ModelWeights
-from strata.models.spec import TOKEN_EMBD
+from strata.engine.weights import ModelWeights
 
 
 @dataclass
@@ -48,6 +45,14 @@ class Executor:
     rope: Rope | None = None
     pos: int = 0  # positions the cache holds
     _pos_t: torch.Tensor = field(default_factory=lambda: torch.zeros(1, dtype=torch.int64))
+    net: graph.Net = field(init=False)
+
+    def __post_init__(self) -> None:
+        w, s = self.weights, self.weights.spec
+        self.net = graph.Net(w.arch, graph.Shape(s.hidden, s.n_heads, s.n_kv_heads, s.head_dim,
+                                                 s.n_experts_used),
+                             float(w.config["rms_norm_eps"]), self.held, self.ops, w.moe,
+                             bool(w.config.get("expert_weights_norm", True)))
 
     @classmethod
     def build(cls, weights: ModelWeights, ops: Ops, device: torch.device, **kw: Any
@@ -83,17 +88,6 @@ class Executor:
         unique = {id(h): h for h in self.held.values()}
         return sum(self.ops.nbytes(h) for h in unique.values())
 
-    def _w(self, layer: int, role: str) -> Any:
-        return self.held[f"blk.{layer}.{self._suffix[role]}"]
-
-    def _opt(self, layer: int, role: str) -> Any:
-        suffix = self._suffix.get(role)
-        return None if suffix is None else self.held.get(f"blk.{layer}.{suffix}")
-
-    @cached_property
-    def _suffix(self) -> dict[str, str]:
-        return {x.role: x.suffix for x in self.weights.arch.layer}
-
     # -- the cache ----------------------------------------------------------------------
 
     def reset(self, capacity: int) -> None:
@@ -127,92 +121,23 @@ class Executor:
         x: int64 token ids [T] on the first range, float32 activations [T, hidden] otherwise.
         Returns activations [T, hidden] on a range that is not the last; on the last, the
         float32 logits of rows [logits_from, T) — None when `logits_from` is None."""
-        if self.cache is None or self.rope is None:
+        cache, rope = self.cache, self.rope
+        if cache is None or rope is None:
             raise RuntimeError("reset(capacity) before forward")
         t = x.shape[0]
-        if pos < 0 or pos + t > self.cache.capacity:
+        if pos < 0 or pos + t > cache.capacity:
             raise ValueError(f"positions {pos}..{pos + t} exceed the cache's "
-                             f"{self.cache.capacity}")
-        h = self._embed(x.to(self.device)) if self.is_first else \
+                             f"{cache.capacity}")
+        h = graph.embed(self.net, x.to(self.device)) if self.is_first else \
             x.to(self.device, torch.float32).contiguous()
         self._pos_t.fill_(pos)
-        for local, layer in enumerate(range(self.first, self.last)):
-            h = self._layer(layer, local, h, pos)
+        cos, sin = rope.cos[pos:pos + t], rope.sin[pos:pos + t]
+        for local, i in enumerate(range(self.first, self.last)):
+            kv = graph.KV(cache.k[local], cache.v[local], pos, self._pos_t)
+            h = graph.layer(self.net, i, h, cos, sin, kv)
         self.pos = pos + t
         if not self.is_last:
             return h
         if logits_from is None:
             return None
-        out = self._norm(h[logits_from:].contiguous(), self.held[OUTPUT_NORM])
-        head = self.held.get("output.weight", self.held.get(TOKEN_EMBD))
-        return self.ops.linear(out, head)
-
-    def _embed(self, ids: torch.Tensor) -> torch.Tensor:
-        x = self.ops.embed(self.held[TOKEN_EMBD], ids)
-        scale = self.weights.arch.embedding_scale(self.weights.spec.hidden)
-        return x * scale if scale != 1.0 else x
-
-    def _layer(self, i: int, local: int, x: torch.Tensor, pos: int) -> torch.Tensor:
-        x = x + self._attention(i, local, self._norm(x, self._w(i, "attn_norm")), pos)
-        h = self._norm(x, self._w(i, "ffn_norm"))
-        return x + (self._experts(i, h) if self.weights.moe else self._mlp(i, h))
-
-    def _norm(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-        return self.ops.rmsnorm(x, w, self._eps)
-
-    @property
-    def _eps(self) -> float:
-        return float(self.weights.config["rms_norm_eps"])
-
-    def _proj(self, i: int, role: str, h: torch.Tensor) -> torch.Tensor:
-        out = self.ops.linear(h, self._w(i, role))
-        bias = self._opt(i, role + "_bias")
-        return out if bias is None else out + bias  # biases: glue adds
-
-    def _head_norm(self, i: int, role: str, x: torch.Tensor) -> torch.Tensor:
-        """RMS norm of every head of q or k [T, H, D] (qwen3's q/k norms), if declared."""
-        w = self._opt(i, role)
-        if w is None:
-            return x
-        t, heads, d = x.shape
-        return self._norm(x.reshape(t * heads, d), w).view(t, heads, d)
-
-    def _attention(self, i: int, local: int, h: torch.Tensor, pos: int) -> torch.Tensor:
-        s, cache, rope = self.weights.spec, self.cache, self.rope
-        assert cache is not None and rope is not None
-        t, d = h.shape[0], s.head_dim
-        q = self._head_norm(i, "q_norm", self._proj(i, "q", h).view(t, s.n_heads, d))
-        k = self._head_norm(i, "k_norm", self._proj(i, "k", h).view(t, s.n_kv_heads, d))
-        v = self._proj(i, "v", h).view(t, s.n_kv_heads, d)
-        cos, sin = rope.cos[pos:pos + t], rope.sin[pos:pos + t]
-        q, k = self.ops.rope(q, cos, sin), self.ops.rope(k, cos, sin)
-        cache.k[local][:, pos:pos + t].copy_(k.transpose(0, 1))
-        cache.v[local][:, pos:pos + t].copy_(v.transpose(0, 1))
-        o = self.ops.attention(q.transpose(0, 1).contiguous(), cache.k[local],
-                               cache.v[local], pos, self._pos_t, 1.0 / math.sqrt(d))
-        return self.ops.linear(o.transpose(0, 1).reshape(t, s.n_heads * d).contiguous(),
-                               self._w(i, "o"))
-
-    def _mlp(self, i: int, h: torch.Tensor) -> torch.Tensor:
-        gate = self.ops.linear(h, self._w(i, "gate"))
-        up = self.ops.linear(h, self._w(i, "up"))
-        act = self.ops.glu(self.weights.arch.activation, gate, up)
-        return self.ops.linear(act, self._w(i, "down"))
-
-    def _experts(self, i: int, h: torch.Tensor) -> torch.Tensor:
-        """The routed experts (strata.engine.moe.route picks and weighs them); each expert
-        runs on the tokens routed to it only (a decoded token: k experts)."""
-        ids, weights = moe.route(self.ops.linear(h, self._w(i, "router")),
-                                 self.weights.spec.n_experts_used,
-                                 bool(self.weights.config.get("expert_weights_norm", True)))
-        gate, up, down = (self._w(i, r) for r in ("gate_exps", "up_exps", "down_exps"))
-        out = torch.zeros_like(h)
-        for e in torch.unique(ids).tolist():
-            tokens, slot = torch.nonzero(ids == e, as_tuple=True)
-            x = h[tokens].contiguous()
-            a = self.ops.glu(self.weights.arch.activation,
-                             self.ops.linear(x, self.ops.expert(gate, e)),
-                             self.ops.linear(x, self.ops.expert(up, e)))
-            y = self.ops.linear(a, self.ops.expert(down, e))
-            out.index_add_(0, tokens, y * weights[tokens, slot, None])
-        return out
+        return graph.head(self.net, h[logits_from:].contiguous())

@@ -73,11 +73,11 @@ class TorchOps:
         return torch.cat((x1 * c - x2 * s, x2 * c + x1 * s), dim=-1)
 
     def attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: int,
-                  pos_t: torch.Tensor, scale: float) -> torch.Tensor:
-        end = pos + q.shape[1]
-        rep = q.shape[0] // k.shape[0]  # GQA: consecutive query heads share a KV head
-        keys = k[:, :end].repeat_interleave(rep, dim=0)
-        values = v[:, :end].repeat_interleave(rep, dim=0)
+                  pos_t: torch.Tensor | None, scale: float) -> torch.Tensor:
+        end = pos + q.shape[-2]
+        rep = q.shape[-3] // k.shape[-3]  # GQA: consecutive query heads share a KV head
+        keys = k[..., :end, :].repeat_interleave(rep, dim=-3)
+        values = v[..., :end, :].repeat_interleave(rep, dim=-3)
         # query i sits at position pos + i and sees keys 0..pos + i (causal at any depth)
         mask = torch.arange(end, device=q.device)[None, :] <= \
             torch.arange(pos, end, device=q.device)[:, None]

@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from strata.engine import graph
 from strata.engine.executor import Executor
 from strata.lab.kernels import Kernels
 
@@ -81,4 +82,4 @@ class LabModel(Executor):
     def _embed_ids(self, tokens: list[int]) -> torch.Tensor:
         """Rows of token_embd for `tokens`, as float32 [T, hidden] (glue: a lookup, plus
         dequantising the looked-up rows of a quantised table — counted)."""
-        return self._embed(torch.tensor(tokens, dtype=torch.long, device=self.device))
+        return graph.embed(self.net, torch.tensor(tokens, dtype=torch.long, device=self.device))

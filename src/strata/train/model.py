@@ -1,19 +1,30 @@
-"""A Llama in plain, readable PyTorch modules whose hot ops go through an `Ops` object.
+"""The trainable Llama: the engine's declared `llama` architecture over parameters, through
+an `Ops` object with autograd.
 
-Parameter names and layouts are transformers' LlamaForCausalLM ones (model.embed_tokens,
-model.layers.N.self_attn.q_proj, ..., model.norm, lm_head), so exporting is writing the state
-dict as it is; RoPE rotates halves like transformers (llama.cpp's adjacent pairs are the
-export's business). No biases; the head is tied to the embedding unless cfg.tied is False.
+The forward pass is `strata.engine.graph` — the one every executor runs (-B lab, ring stages)
+— over the architecture declared in `strata.models.arch.llama`, without a KV cache (causal
+attention over the sequence), with this package's ops (`ops_torch`: plain PyTorch, or
+`ops_lab`: the lab's kernels as autograd ops) adapted to the engine's ops protocol.
+The modules here only hold the parameters: their names and layouts are transformers'
+LlamaForCausalLM ones (model.embed_tokens, model.layers.N.self_attn.q_proj, ..., model.norm,
+lm_head), so exporting is writing the state dict as it is, and each maps to the GGUF name
+the graph reads (strata.models.gguf_torch.hf_name). RoPE rotates halves like transformers
+(llama.cpp's adjacent pairs are the export's business). No biases; the head is tied to the
+embedding unless cfg.tied is False.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Protocol
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any, Protocol
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
+from strata.engine import graph
 from strata.train.presets import ModelConfig
 
 
@@ -38,85 +49,54 @@ class Ops(Protocol):
     def linear(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor: ...
 
 
-class Linear(nn.Linear):
-    """nn.Linear without bias whose matmul goes through the ops (the lab's matmul where
-    dispatch picks one): same parameter name and layout, so state dicts and the export are
-    untouched."""
+# -- the parameters, under transformers' names (the forward is strata.engine.graph) --------
 
-    def __init__(self, n_in: int, n_out: int, ops: Ops) -> None:
-        super().__init__(n_in, n_out, bias=False)
-        self.ops = ops
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.ops.linear(x, self.weight)
+def _linear(n_in: int, n_out: int) -> nn.Linear:
+    return nn.Linear(n_in, n_out, bias=False)
 
 
 class RMSNorm(nn.Module):
-    def __init__(self, dim: int, eps: float, ops: Ops) -> None:
+    def __init__(self, dim: int) -> None:
         super().__init__()
         self.weight = nn.Parameter(torch.ones(dim))
-        self.eps = eps
-        self.ops = ops
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.ops.rmsnorm(x, self.weight, self.eps)
 
 
 class Attention(nn.Module):
-    def __init__(self, cfg: ModelConfig, ops: Ops) -> None:
+    def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
-        d, kv = cfg.head_dim, cfg.n_kv_heads * cfg.head_dim
-        self.q_proj = Linear(cfg.hidden, cfg.hidden, ops)
-        self.k_proj = Linear(cfg.hidden, kv, ops)
-        self.v_proj = Linear(cfg.hidden, kv, ops)
-        self.o_proj = Linear(cfg.hidden, cfg.hidden, ops)
-        self.n_heads, self.n_kv_heads, self.head_dim = cfg.n_heads, cfg.n_kv_heads, d
-        self.ops = ops
-
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        b, t, _ = x.shape
-        # RoPE on [B, T, H, D], the layout the projection produces (no copy), then heads first
-        q = self.ops.rope(self.q_proj(x).view(b, t, self.n_heads, self.head_dim), cos, sin)
-        k = self.ops.rope(self.k_proj(x).view(b, t, self.n_kv_heads, self.head_dim), cos, sin)
-        v = self.v_proj(x).view(b, t, self.n_kv_heads, self.head_dim)
-        o = self.ops.attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-                               1.0 / math.sqrt(self.head_dim))
-        return self.o_proj(o.transpose(1, 2).reshape(b, t, -1))
+        kv = cfg.n_kv_heads * cfg.head_dim
+        self.q_proj = _linear(cfg.hidden, cfg.hidden)
+        self.k_proj = _linear(cfg.hidden, kv)
+        self.v_proj = _linear(cfg.hidden, kv)
+        self.o_proj = _linear(cfg.hidden, cfg.hidden)
 
 
 class MLP(nn.Module):
-    def __init__(self, cfg: ModelConfig, ops: Ops) -> None:
+    def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
-        self.gate_proj = Linear(cfg.hidden, cfg.ffn, ops)
-        self.up_proj = Linear(cfg.hidden, cfg.ffn, ops)
-        self.down_proj = Linear(cfg.ffn, cfg.hidden, ops)
-        self.ops = ops
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(self.ops.silu_mul(self.gate_proj(x), self.up_proj(x)))
+        self.gate_proj = _linear(cfg.hidden, cfg.ffn)
+        self.up_proj = _linear(cfg.hidden, cfg.ffn)
+        self.down_proj = _linear(cfg.ffn, cfg.hidden)
 
 
 class Block(nn.Module):
-    def __init__(self, cfg: ModelConfig, ops: Ops) -> None:
+    def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
-        self.input_layernorm = RMSNorm(cfg.hidden, cfg.eps, ops)
-        self.self_attn = Attention(cfg, ops)
-        self.post_attention_layernorm = RMSNorm(cfg.hidden, cfg.eps, ops)
-        self.mlp = MLP(cfg, ops)
-
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin)
-        return x + self.mlp(self.post_attention_layernorm(x))
+        self.input_layernorm = RMSNorm(cfg.hidden)
+        self.self_attn = Attention(cfg)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden)
+        self.mlp = MLP(cfg)
 
 
 class Backbone(nn.Module):
     """transformers' `model.` prefix: embedding, blocks, final norm."""
 
-    def __init__(self, cfg: ModelConfig, ops: Ops) -> None:
+    def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         self.embed_tokens = nn.Embedding(cfg.vocab, cfg.hidden)
-        self.layers = nn.ModuleList(Block(cfg, ops) for _ in range(cfg.n_layers))
-        self.norm = RMSNorm(cfg.hidden, cfg.eps, ops)
+        self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
+        self.norm = RMSNorm(cfg.hidden)
 
 
 def rope_tables(cfg: ModelConfig) -> tuple[torch.Tensor, torch.Tensor]:
@@ -133,10 +113,11 @@ class Llama(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.ops = ops
-        self.model = Backbone(cfg, ops)
-        self.lm_head = Linear(cfg.hidden, cfg.vocab, ops)
+        self.model = Backbone(cfg)
+        self.lm_head = _linear(cfg.hidden, cfg.vocab)
         if cfg.tied:
             self.lm_head.weight = self.model.embed_tokens.weight
+        self.net = _net(self, cfg, ops)
         cos, sin = rope_tables(cfg)
         # not persistent: the state dict holds weights only, exactly transformers' names
         self.register_buffer("rope_cos", cos, persistent=False)
@@ -164,14 +145,87 @@ class Llama(nn.Module):
         if t > self.cfg.ctx:
             raise ValueError(f"{t} tokens exceed the model's context of {self.cfg.ctx}")
         cos, sin = self.rope_cos[:t], self.rope_sin[:t]
-        x = self.model.embed_tokens(ids)
-        for block in self.model.layers:
-            x = block(x, cos, sin)
-        logits = self.lm_head(self.model.norm(x))
+        x = graph.embed(self.net, ids)
+        for i in range(self.cfg.n_layers):
+            x = graph.layer(self.net, i, x, cos, sin, None)
+        logits = graph.head(self.net, x)
         if targets is None:
             return logits, None
         loss = self.ops.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
         return logits, loss
+
+
+class _EngineOps:
+    """This package's ops (autograd) as the engine's ops backend: the weights are the
+    parameters themselves, the attention is causal over the sequence (no cache)."""
+
+    def __init__(self, ops: Ops) -> None:
+        self.ops = ops
+        self.name = f"train-{getattr(ops, 'name', 'ops')}"
+
+    def prepare(self, name: str, w: Any) -> Any:
+        return w
+
+    def nbytes(self, held: torch.Tensor) -> int:
+        return held.numel() * held.element_size()
+
+    def embed(self, table: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+        return F.embedding(ids, table)
+
+    def linear(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return self.ops.linear(x, w)
+
+    def expert(self, w: Any, e: int) -> Any:
+        raise NotImplementedError("strata train builds dense models")
+
+    def rmsnorm(self, x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
+        return self.ops.rmsnorm(x, w, eps)
+
+    def rope(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        return self.ops.rope(x, cos, sin)
+
+    def attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: int,
+                  pos_t: Any, scale: float) -> torch.Tensor:
+        return self.ops.attention(q, k, v, scale)  # no cache: pos is 0, causal over T
+
+    def glu(self, activation: str, gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+        return self.ops.silu_mul(gate, up)  # the llama declaration's SwiGLU
+
+
+class _Params(Mapping):
+    """GGUF name -> the module parameter it is, looked up at each use (so `.to()`, a loaded
+    state dict or a wrapper's replaced parameters are always the ones computed with)."""
+
+    def __init__(self, slots: dict[str, nn.Module]) -> None:
+        self._slots = slots
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        return self._slots[name].weight
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._slots
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._slots)
+
+    def __len__(self) -> int:
+        return len(self._slots)
+
+
+def _net(model: nn.Module, cfg: ModelConfig, ops: Ops) -> graph.Net:
+    """The engine's view of `model`: the declared llama architecture, each tensor it reads
+    (dense layers, no biases) bound to the module holding it under transformers' name."""
+    from strata.models import arch
+    from strata.models.gguf_torch import hf_name
+
+    llama = arch.get("llama")
+    names = ["token_embd.weight", "output_norm.weight", "output.weight",
+             *(f"blk.{i}.{x.suffix}" for i in range(cfg.n_layers)
+               for x in llama.roles(moe=False) if not x.optional)]
+    slots = {n: model.get_submodule(hf_name(Path("strata train"), n).removesuffix(".weight"))
+             for n in names}
+    shape = graph.Shape(cfg.hidden, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim)
+    return graph.Net(llama, shape, cfg.eps, _Params(slots), _EngineOps(ops))
 
 
 def param_count(model: nn.Module) -> int:
