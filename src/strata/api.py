@@ -1,11 +1,11 @@
-"""strata's Python API: the CLI's questions as functions (`import strata`).
+"""strata's Python API: the CLI's questions as functions (`from strata import api`).
 
-    import strata
-    host = strata.probe()                       # HostProfile: CPU, GPUs, software, verdicts
-    rows = strata.bench("synthetic:smollm2-135m@q4_0", backend="llamacpp", n_prompt=64,
-                        n_gen=16, reps=1)       # llama-bench-style records, stored
-    plan = strata.fit("model.gguf", ctx=32768)  # FitReport: per device, .to_json()
-    ppl = strata.quality("model-q4_0.gguf", ref="model-f16.gguf")
+    from strata import api
+    host = api.probe()                          # HostProfile: CPU, GPUs, software, verdicts
+    rows = api.bench("synthetic:smollm2-135m@q4_0", backend="llamacpp", n_prompt=64,
+                     n_gen=16, reps=1)          # llama-bench-style records, stored
+    plan = api.fit("model.gguf", ctx=32768)     # FitReport: per device, .to_json()
+    ppl = api.quality("model-q4_0.gguf", ref="model-f16.gguf")
     strata.kernels.get("rmsnorm")               # the kernel lab (strata/kernels/__init__.py)
 
 Each function does what its command does (the same checks, the same stored rows) and
