@@ -51,8 +51,8 @@ def serve(
                                         "(cpu, cuda:0, ...).")] = "cpu",
     ops: Annotated[str, typer.Option(
         "--ops", help="How this node's layers compute: lab (the kernel lab's verified kernels "
-        "on the GGUF's blocks as stored) or torch (dequantised to float32: 4 bytes a "
-        "weight).")] = "lab",
+        "on the GGUF's blocks as stored) or torch (the weights dequantised to float32, "
+        "4 bytes each).")] = "lab",
     mem_cap: Annotated[float | None, typer.Option(
         "--mem-cap", metavar="GIB", help="Memory this node may use for the model, in GiB "
         "(default: what is available).", show_default=False)] = None,
