@@ -15,13 +15,13 @@ from strata.cli.output import (
     FormatOption,
     JsonOption,
     ProgressOption,
-    emit,
     no_store,
     output_format,
     read_store,
 )
 from strata.errors import InputError
 from strata.views.console import set_progress
+from strata.views.output import emit
 
 Opt = typer.Option
 

@@ -7,17 +7,18 @@ object); jsonl, csv and md print its flat records, one per line or row (docs/out
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
-from rich.console import Console
 
 from strata.errors import InputError
-from strata.store.export import GENERIC_FORMATS, Record, is_number, md_table
+from strata.store.export import GENERIC_FORMATS
+from strata.views.output import TABLE, emit  # emit: re-exported for cli/ring*.py
 
-TABLE = "table"
+__all__ = ["CHOICES", "TABLE", "FormatOption", "JsonOption", "ProgressOption", "db_path",
+           "emit", "no_store", "output_format", "read_store", "with_json"]
+
 CHOICES = (TABLE, *GENERIC_FORMATS)  # table, md, csv, json, jsonl
 
 FormatOption = Annotated[str | None, typer.Option(
@@ -44,26 +45,6 @@ def with_json(fmt: str, json_flag: bool) -> str:
     if json_flag and fmt not in ("table", "json"):
         raise InputError(f"--json and --format {fmt} disagree: give one of them")
     return "json" if json_flag else fmt
-
-
-def emit(out: Console, fmt: str, records: list[Record], *,
-         document: Any = None, table: Callable[[], Any] | None = None,
-         md_columns: tuple[str, ...] = ()) -> None:
-    """Print in `fmt`: the table view, the JSON document (when the command has one), or the
-    flat records through the export registry (md: `md_columns`, else every field)."""
-    if fmt == TABLE:
-        if table is not None:
-            table()
-        return
-    if fmt == "json" and document is not None:
-        text = GENERIC_FORMATS["json"](document)  # type: ignore[arg-type]
-    elif fmt == "md" and md_columns:
-        numeric = tuple(c for c in md_columns if any(is_number(r.get(c)) for r in records))
-        text = md_table(records, md_columns, numeric)
-    else:
-        text = GENERIC_FORMATS[fmt](records)
-    out.file.write(text)
-    out.file.flush()
 
 
 def db_path(db: Path | None) -> Path:

@@ -7,10 +7,11 @@ from typing import Annotated
 import typer
 
 from strata.cli import DbOption, app, err, open_store, out
-from strata.cli.output import FormatOption, JsonOption, ProgressOption, emit, output_format
+from strata.cli.output import FormatOption, JsonOption, ProgressOption, output_format
 from strata.errors import InputError
 from strata.rank.profiles import profiles_help
 from strata.views.console import set_progress
+from strata.views.output import emit
 
 Opt = typer.Option
 

@@ -61,7 +61,7 @@ def _this_host(conn: sqlite3.Connection, console: Console) -> Host:
 def print_fit(report: FitReport, fmt: str, out: Console) -> None:
     """fmt: table (the table, predictions, rules and notes: all part of the answer, so all on
     stdout), json (everything), jsonl, csv or md (one record per device)."""
-    from strata.cli.output import emit
+    from strata.views.output import emit
 
     emit(out, fmt, report.records(), document=report.to_json(), md_columns=MD_FIELDS,
          table=lambda: _print_table(report, out))

@@ -69,7 +69,7 @@ def quality_record(stored: dict[str, Any]) -> dict[str, Any]:
 def print_results(results: list[QualityResult], fmt: str, out: Console,
                   err: Console) -> None:
     """fmt: table, json, jsonl, csv or md."""
-    from strata.cli.output import emit
+    from strata.views.output import emit
     from strata.views.quality import MD_FIELDS, frontier_line, notes, quality_table
 
     stored = [r.to_dict() for r in results]
