@@ -13,9 +13,9 @@ Rows (same random prompt sizes, same metric code: strata.bench.metrics.compute):
   torch       strata's torch backend, in this process, float32 (the single-process baseline)
   ring x1     one `strata ring serve` daemon, no cap: the ring's stage code with one stage,
               once per --ops (lab: the GGUF's blocks on lab kernels; torch: float32), with
-              the weight bytes each stage holds (strata.ring.stage.stage_bytes)
+              the weight bytes each stage holds (strata.ring.runtime.stage.stage_bytes)
   ring x2/x3  2 / 3 daemons (the first --ops), each with a --mem-cap that lets no fewer
-              members hold the model (found with strata.ring.plan), asked through
+              members hold the model (found with strata.ring.plan.partition), asked through
               `-B ring` (RingBackend)
 Figures: prefill t/s, decode t/s, TTFT, ITL p50/p90, bytes per token per link, the plan's
 predicted ms/token vs the measured one (the daemons' roofline is measured first with
@@ -68,8 +68,8 @@ def free_port() -> int:
 
 def cap_for(model: str, world: int, ctx: int, ops: str) -> int:
     from strata.errors import InputError
-    from strata.ring.members import Member
-    from strata.ring.plan import HELD_DTYPE, plan_ring
+    from strata.ring.plan.members import Member
+    from strata.ring.plan.partition import HELD_DTYPE, plan_ring
 
     def members(n: int, cap: int) -> list[Member]:
         return [Member(f"m{i}", "127.0.0.1", 0, "cpu", 64 * GIB, cap, None, None, "x", 0)
@@ -101,7 +101,7 @@ class Daemons:
         self.env = {**os.environ, "STRATA_HOME": str(home), "STRATA_PROGRESS": "0"}
 
     def start(self, names: list[str], cap: int | None, ops: str) -> str:
-        from strata.ring import control
+        from strata.ring.control import wire
 
         first = None
         for name in names:
@@ -119,10 +119,10 @@ class Daemons:
         want = set(names) - {names[0]}
         while time.monotonic() < deadline:
             try:
-                st = control.request("127.0.0.1", self.ports[names[0]], {"op": "status"})
+                st = wire.request("127.0.0.1", self.ports[names[0]], {"op": "status"})
                 if {p["member"]["id"] for p in st["peers"] if p["state"] == "live"} >= want:
                     return str(first)
-            except control.PeerError:
+            except wire.PeerError:
                 pass
             time.sleep(0.3)
         raise SystemExit(f"daemons {names} never formed a ring")
@@ -176,7 +176,7 @@ def ring_row(model: Any, args: argparse.Namespace, world: int, home: Path, ops: 
     from strata.backends import create
     from strata.backends.base import LoadConfig
     from strata.backends.ring import link_bytes
-    from strata.ring.stage import stage_bytes
+    from strata.ring.runtime.stage import stage_bytes
 
     cap = cap_for(args.model, world, args.p + args.n + 1, ops) if world > 1 else None
     daemons = Daemons(home)
@@ -204,8 +204,8 @@ def ring_row(model: Any, args: argparse.Namespace, world: int, home: Path, ops: 
 
 
 def churn(model_path: str, n_layers: int, args: argparse.Namespace) -> dict[str, float]:
-    from strata.ring.runtime_assign import even_split
-    from strata.ring.runtime_local import LocalRing
+    from strata.ring.runtime.assign import even_split
+    from strata.ring.runtime.local import LocalRing
 
     ring = LocalRing(3).start()
     try:

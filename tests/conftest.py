@@ -68,12 +68,12 @@ def kernel_session(strata_home: Path):  # -> strata.commands.kernels.Session
 
 def local_ring(workers: int = 3) -> Iterator[Any]:
     """Body of a module-scoped fixture: `workers` ring worker processes on loopback
-    (strata.ring.runtime_local.LocalRing) for the whole module; afterwards none may be left."""
+    (strata.ring.runtime.local.LocalRing) for the whole module; afterwards none may be left."""
     import time
 
     import psutil
 
-    from strata.ring.runtime_local import LocalRing
+    from strata.ring.runtime.local import LocalRing
 
     ring = LocalRing(workers).start()
     try:

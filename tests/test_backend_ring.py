@@ -108,12 +108,12 @@ def test_a_request_that_lost_a_member_runs_again_and_depth_is_refused(
     from strata.bench.metrics import compute
     from strata.errors import InputError
     from strata.models.source import resolve
-    from strata.ring import control
+    from strata.ring.control import wire
 
     stages = [{"member": "a", "first": 0, "last": 3}, {"member": "b", "first": 3, "last": 4}]
     runs: list[dict] = []
 
-    def run(msg: dict, _chan: control.Channel) -> dict:
+    def run(msg: dict, _chan: wire.Channel) -> dict:
         runs.append(msg)
         n, lost = msg["n"], len(runs) == 1
         gaps = n - 1 - (3 if lost else 0)
@@ -123,10 +123,10 @@ def test_a_request_that_lost_a_member_runs_again_and_depth_is_refused(
                           {"src": 1, "dst": 0, "bytes_per_token": 48.0, "measured": True}],
                 "lost": [{"lost": "c", "at_token": 3}] if lost else [], "resumes": []}
 
-    def status(_msg: dict, _chan: control.Channel) -> dict:
+    def status(_msg: dict, _chan: wire.Channel) -> dict:
         return {"self": {"id": "a"}, "peers": [], "leader": "a"}
 
-    server = control.Server("127.0.0.1", 0, {"run": run, "status": status})
+    server = wire.Server("127.0.0.1", 0, {"run": run, "status": status})
     server.serve_in_thread()
     try:
         monkeypatch.setenv("STRATA_RING", f"127.0.0.1:{server.port}")

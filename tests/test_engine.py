@@ -259,7 +259,7 @@ def test_lab_stages_hold_the_stored_bytes_and_chain_to_the_lab_models_logits(hom
                                                                              ) -> None:
     import strata.lab
     from strata.models.source import resolve
-    from strata.ring.stage import Stage, stage_bytes
+    from strata.ring.runtime.stage import Stage, stage_bytes
 
     path = resolve("synthetic:tiny-deep@q8_0").path("gguf", "ring")
     reader = gguf.GGUFReader(str(path))

@@ -22,7 +22,7 @@ from typing import Any
 import psutil
 import pytest
 
-from strata.ring import control
+from strata.ring.control import wire
 from tests.conftest import home_db
 from tests.seed_host import seed_host
 from tests.test_output_schema import check
@@ -64,8 +64,8 @@ class Fleet:
 
     def live(self, name: str) -> set[str]:
         try:
-            status = control.request("127.0.0.1", self.ports[name], {"op": "status"})
-        except control.PeerError:
+            status = wire.request("127.0.0.1", self.ports[name], {"op": "status"})
+        except wire.PeerError:
             return set()
         return {p["member"]["id"] for p in status["peers"] if p["state"] == "live"}
 
@@ -179,11 +179,11 @@ def test_bad_bench_flags_are_one_line_exit_2(fleet: Fleet, tmp_path: Path) -> No
         with pytest.raises(InputError, match=needle):
             check_bench_flags(["synthetic:tiny", *flags])
     # A member asked directly checks them too, and answers with the bench's own line.
-    with pytest.raises(control.PeerError, match=r"-p 0: values must be >= 1"):
-        control.request("127.0.0.1", fleet.ports["a"], {"op": "bench", "args": [
+    with pytest.raises(wire.PeerError, match=r"-p 0: values must be >= 1"):
+        wire.request("127.0.0.1", fleet.ports["a"], {"op": "bench", "args": [
             "synthetic:tiny", "-p", "0"]}, timeout_s=60)
-    with pytest.raises(control.PeerError, match="not a fleet bench flag"):
-        control.request("127.0.0.1", fleet.ports["a"], {"op": "bench", "args": [
+    with pytest.raises(wire.PeerError, match="not a fleet bench flag"):
+        wire.request("127.0.0.1", fleet.ports["a"], {"op": "bench", "args": [
             "synthetic:tiny", "--db", "/tmp/x.db"]}, timeout_s=60)
 
 
@@ -204,11 +204,11 @@ LONG = ["synthetic:tiny", "-B", "llamacpp", "-p", "none", "-n", "4", "--sustaine
 
 
 def test_no_bench_outlives_its_timeout_caller_or_daemon(fleet: Fleet) -> None:
-    with pytest.raises(control.PeerError, match="past the 2 s timeout"):
-        control.request("127.0.0.1", fleet.ports["b"], {"op": "bench", "args": LONG,
+    with pytest.raises(wire.PeerError, match="past the 2 s timeout"):
+        wire.request("127.0.0.1", fleet.ports["b"], {"op": "bench", "args": LONG,
                                                         "timeout_s": 2}, timeout_s=30)
     assert not fleet.benches("b")
-    chan = control.connect("127.0.0.1", fleet.ports["a"], 5)
+    chan = wire.connect("127.0.0.1", fleet.ports["a"], 5)
     chan.send({"op": "bench", "args": LONG})
     (bench,) = wait_for(lambda: fleet.benches("a"), 30, "a never started its bench")
     chan.close()  # the caller goes away (Ctrl-C, a crash): its bench must not run on
@@ -217,7 +217,7 @@ def test_no_bench_outlives_its_timeout_caller_or_daemon(fleet: Fleet) -> None:
     wait_for(lambda: not fleet.benches("a"), 10, "a's bench was not reaped")
     # A daemon killed outright has no chance to stop its bench: the kernel ends it
     # (PR_SET_PDEATHSIG). b is not used after this test.
-    chan = control.connect("127.0.0.1", fleet.ports["b"], 5)
+    chan = wire.connect("127.0.0.1", fleet.ports["b"], 5)
     chan.send({"op": "bench", "args": LONG})
     (bench,) = wait_for(lambda: fleet.benches("b"), 30, "b never started its bench")
     fleet.procs["b"].kill()
@@ -232,7 +232,7 @@ def test_table_and_flat_records_from_stored_results(fleet: Fleet,
     """Rendered in this process from what a real member stored (no new bench): bench's
     own table led by a node column, the members table, and the flat records."""
     from strata.cli.fleet import _tables, show
-    from strata.ring.fleet import MemberOutcome
+    from strata.ring.control.fleet import MemberOutcome
     from strata.store import open_db
     from strata.store.runs import query_results
 

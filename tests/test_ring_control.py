@@ -20,7 +20,7 @@ from typing import Any
 import psutil
 import pytest
 
-from strata.ring import control
+from strata.ring.control import wire
 from tests.test_output_schema import check
 
 TIMEOUT_S = 1.5  # the daemons' heartbeat timeout in these tests (pings every 0.25 s)
@@ -65,8 +65,8 @@ class Ring:
         if self.procs[name].poll() is not None:
             raise AssertionError(f"daemon {name} exited: {self.log(name)}")
         try:
-            control.request("127.0.0.1", self.ports[name], {"op": "ping"}, timeout_s=2)
-        except control.PeerError:
+            wire.request("127.0.0.1", self.ports[name], {"op": "ping"}, timeout_s=2)
+        except wire.PeerError:
             return False
         return True
 
@@ -77,7 +77,7 @@ class Ring:
         return (self.home / f"{name}.log").read_text(errors="replace")
 
     def status(self, name: str) -> dict[str, Any]:
-        return control.request("127.0.0.1", self.ports[name], {"op": "status"})
+        return wire.request("127.0.0.1", self.ports[name], {"op": "status"})
 
     def live(self, name: str) -> set[str]:
         return {p["member"]["id"] for p in self.status(name)["peers"] if p["state"] == "live"}
@@ -253,7 +253,7 @@ PROMPT = "The ring turns"
 
 def _run(ring: Ring, at: str, n: int, **extra: Any) -> dict[str, Any]:
     """A generation asked of daemon `at` (the CLI's request, without its start-up)."""
-    return control.request("127.0.0.1", ring.ports[at], {"op": "run", "model": MODEL,
+    return wire.request("127.0.0.1", ring.ports[at], {"op": "run", "model": MODEL,
                                                          "prompt": PROMPT, "n": n, **extra},
                            timeout_s=120)
 
@@ -287,8 +287,8 @@ def test_runs_equal_one_process_and_survive_a_lost_member(ring: Ring) -> None:
     order = {"op": "assign", "epoch": 99, "rank": 1, "world": 2, "first": 2, "last": 4,
              "model": MODEL, "model_hash": "0" * 16, "master": "127.0.0.1", "port": 1,
              "assignments": [[0, 0, 2], [1, 2, 4]]}
-    with pytest.raises(control.PeerError, match="differs here"):
-        control.request("127.0.0.1", ring.ports["solo"], order, timeout_s=60)
+    with pytest.raises(wire.PeerError, match="differs here"):
+        wire.request("127.0.0.1", ring.ports["solo"], order, timeout_s=60)
     ring.ready("c")
     wait_for(lambda: ring.live("a") == {"b", "c"}, 10, "c never joined")
 
@@ -312,12 +312,12 @@ def test_runs_equal_one_process_and_survive_a_lost_member(ring: Ring) -> None:
 
 def test_members_time_a_layer_and_the_plan_uses_it(ring: Ring) -> None:
     """`time_layer`: a member's decode time of one tiny-deep layer (loaded alone through
-    strata.ring.stage); `ring plan --connect` asks every live member for theirs."""
+    strata.ring.runtime.stage); `ring plan --connect` asks every live member for theirs."""
     ring.start("a", "--mem-cap", CAP, wait=False)
     ring.start("b", "--mem-cap", CAP, "--peers", ring.addr("a"), wait=False)
     ring.ready("a", "b")
     wait_for(lambda: ring.live("a") == {"b"}, 10, "b never joined")
-    timed = control.request("127.0.0.1", ring.ports["b"], {"op": "time_layer",
+    timed = wire.request("127.0.0.1", ring.ports["b"], {"op": "time_layer",
                                                            "model": MODEL}, timeout_s=60)
     assert 0 < timed["layer_s"] < 1 and timed["head_s"] >= 0 and timed["depth"] == 16, timed
     assert timed["reps"] >= 5 and len(timed["model_hash"]) == 16
@@ -338,9 +338,9 @@ def test_a_member_that_cannot_time_keeps_the_estimate(monkeypatch: pytest.Monkey
     from types import SimpleNamespace
 
     from strata.errors import InputError
-    from strata.ring import layer_time
-    from strata.ring.members import Member
-    from strata.ring.plan import plan_ring
+    from strata.ring.control import layer_time
+    from strata.ring.plan.members import Member
+    from strata.ring.plan.partition import plan_ring
 
     monkeypatch.setattr(layer_time, "GATHER_TIMEOUT_S", 0.5)
     hang = threading.Event()
@@ -353,7 +353,7 @@ def test_a_member_that_cannot_time_keeps_the_estimate(monkeypatch: pytest.Monkey
         return {}
 
     answers = {"layer_s": 1e-6, "head_s": 1e-7, "depth": 16, "reps": 5}  # a: the fastest
-    servers = {mid: control.Server(host, 0, {"time_layer": fn})
+    servers = {mid: wire.Server(host, 0, {"time_layer": fn})
                for mid, host, fn in (("a", "127.0.0.1", lambda _m, _c: dict(answers)),
                                      ("b", "127.0.0.2", refuse), ("c", "127.0.0.3", silent))}
     for s in servers.values():

@@ -25,9 +25,10 @@ transformers = pytest.importorskip("transformers")
 
 from strata.errors import InputError  # noqa: E402
 from strata.models.hf import DTYPE_BYTES  # noqa: E402
-from strata.ring.pipeline import choose, even_split  # noqa: E402
-from strata.ring.runtime_local import LocalRing, free_port  # noqa: E402
-from strata.ring.stage import Stage, stage_bytes  # noqa: E402
+from strata.ring.runtime.assign import even_split  # noqa: E402
+from strata.ring.runtime.local import LocalRing, free_port  # noqa: E402
+from strata.ring.runtime.pipeline import choose  # noqa: E402
+from strata.ring.runtime.stage import Stage, stage_bytes  # noqa: E402
 from tests.conftest import local_ring  # noqa: E402
 
 PROMPT = [1, 17, 300, 42, 7, 511, 100, 3]
@@ -130,7 +131,7 @@ def test_ring_matches_transformers(ring: LocalRing, models: dict[str, dict[str, 
 
 def _reads(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
     """(HF name, bytes) of every tensor a stage reads from here on."""
-    import strata.ring.stage_hf as stage_hf
+    import strata.ring.runtime.stage_hf as stage_hf
 
     seen: list[tuple[str, int]] = []
     real = stage_hf.read_tensor

@@ -34,9 +34,9 @@ pytest.importorskip("llama_cpp")
 
 from strata.engine import moe  # noqa: E402
 from strata.models.gguf import read_spec  # noqa: E402
-from strata.ring.pipeline import even_split  # noqa: E402
-from strata.ring.runtime_local import LocalRing, free_port  # noqa: E402
-from strata.ring.stage import Stage, stage_bytes  # noqa: E402
+from strata.ring.runtime.assign import even_split  # noqa: E402
+from strata.ring.runtime.local import LocalRing, free_port  # noqa: E402
+from strata.ring.runtime.stage import Stage, stage_bytes  # noqa: E402
 from tests.conftest import local_ring  # noqa: E402
 from tests.test_gguf_torch import quiet_stderr  # noqa: E402
 

@@ -21,10 +21,10 @@ from typer.testing import CliRunner
 from strata.cli import app
 from strata.errors import InputError
 from strata.models.spec import ModelSpec, TensorInfo
-from strata.ring.links import Link, LinkProbeServer, measure_link, parse_link, serve_link_probe
-from strata.ring.members import Member, capped, emulated, from_document
-from strata.ring.plan import plan_ring
-from strata.ring.plan_types import RingPlan, size
+from strata.ring.plan.links import Link, LinkProbeServer, measure_link, parse_link, serve_link_probe
+from strata.ring.plan.members import Member, capped, emulated, from_document
+from strata.ring.plan.partition import plan_ring
+from strata.ring.plan.types import RingPlan, size
 from tests.conftest import run_cli
 from tests.test_output_schema import SCHEMAS, check
 
@@ -248,7 +248,7 @@ def test_the_search_finds_what_brute_force_finds() -> None:
 
 
 def test_a_search_cut_short_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
-    import strata.ring.plan as ring_plan
+    import strata.ring.plan.partition as ring_plan
 
     monkeypatch.setattr(ring_plan, "MAX_ORDERS", 1)
     members = [member("a", 500_000), member("b", 500_000)]
@@ -273,10 +273,10 @@ def test_a_q8_0_file_is_planned_as_stored_and_as_float32_for_torch_ops() -> None
 
 
 def test_the_plan_sizes_shares_as_the_stages_hold_them() -> None:
-    """The planner's bytes are the runtime's (strata.ring.stage: as stored for lab ops,
+    """The planner's bytes are the runtime's (strata.ring.runtime.stage: as stored for lab ops,
     float32 for torch ops, a tied head's copy on the last stage): a plan that fits is a stage
     that loads."""
-    stage = pytest.importorskip("strata.ring.stage")
+    stage = pytest.importorskip("strata.ring.runtime.stage")
     from strata.models.source import resolve
 
     for ref in ("synthetic:tiny@q8_0", "synthetic:tiny-qwen2@f32", "synthetic:tiny-qwen2@q8_0"):
@@ -431,7 +431,7 @@ def test_cli_members_file_with_measured_links(strata_home: Path, tmp_path: Path)
 
 
 def test_cli_connect_plans_on_the_daemons_live_members(strata_home: Path) -> None:
-    from strata.ring.control import Server
+    from strata.ring.control.wire import Server
 
     a, b = member("a", 500_000).to_dict(), member("b", 500_000).to_dict()
     status = {"self": a, "peers": [{"state": "live", "member": b},
@@ -448,13 +448,13 @@ def test_cli_connect_plans_on_the_daemons_live_members(strata_home: Path) -> Non
     assert [s["member"] for s in plan["stages"]] == ["a", "b"] and plan["unused"] == []
 
 
-# -- measured per-layer times (strata.ring.layer_time) replace bandwidth x η ---------------
+# -- measured per-layer times (strata.ring.control.layer_time) replace bandwidth x η ---------------
 DEEP_BLOCK = TINY_BLOCK + KV_BLOCK  # tiny-deep: tiny's blocks, 4 of them
 DEEP_CAP = offering(3 * DEEP_BLOCK + HEAD)  # 3 blocks and an end, never all 4
 
 
 def test_measured_layer_times_choose_the_split_over_bandwidth() -> None:
-    from strata.ring.plan_types import LayerTime
+    from strata.ring.plan.types import LayerTime
 
     members = [member("a", DEEP_CAP, 4e9), member("b", DEEP_CAP, 1e9)]
     by_bytes = plan_ring("synthetic:tiny-deep@f32", members, CTX)
@@ -478,7 +478,7 @@ def test_measured_layer_times_choose_the_split_over_bandwidth() -> None:
 
 
 def test_a_member_without_a_timed_layer_keeps_the_estimate() -> None:
-    from strata.ring.plan_types import LayerTime
+    from strata.ring.plan.types import LayerTime
 
     members = [member("a", DEEP_CAP, 4e9), member("b", DEEP_CAP, None)]
     # b timed at depth 0: a token at ctx also reads each layer's whole KV cache, at b's
@@ -497,8 +497,8 @@ def test_a_member_without_a_timed_layer_keeps_the_estimate() -> None:
 
 
 def test_measured_times_within_noise_are_one_speed() -> None:
-    from strata.ring.plan_time import SAME_SPEED, settle
-    from strata.ring.plan_types import LayerTime
+    from strata.ring.plan.timing import SAME_SPEED, settle
+    from strata.ring.plan.types import LayerTime
 
     timed = {"a": LayerTime(1.10e-3, 2e-4, 16, 5), "b": LayerTime(1.00e-3, 1e-4, 16, 5),
              "c": LayerTime(1.00e-3 * (1 + SAME_SPEED) * 1.01, None, 16, 5)}

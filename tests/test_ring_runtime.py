@@ -23,9 +23,10 @@ pytest.importorskip("gguf")
 
 from strata.errors import InputError  # noqa: E402
 from strata.models.gguf import read_spec  # noqa: E402
-from strata.ring.pipeline import check_fit, choose, even_split  # noqa: E402
-from strata.ring.runtime_local import LocalRing, free_port  # noqa: E402
-from strata.ring.stage import Stage, stage_bytes  # noqa: E402
+from strata.ring.runtime.assign import check_fit, even_split  # noqa: E402
+from strata.ring.runtime.local import LocalRing, free_port  # noqa: E402
+from strata.ring.runtime.pipeline import choose  # noqa: E402
+from strata.ring.runtime.stage import Stage, stage_bytes  # noqa: E402
 from tests.conftest import local_ring  # noqa: E402
 
 PROMPT = [1, 17, 300, 42, 7, 511, 100, 3]

@@ -1,6 +1,6 @@
 """`ring` backend: the usual bench requests, run across a `strata ring serve` ring.
 
-Each request is one `run` of the ring's control protocol (strata.ring.runner: the leader
+Each request is one `run` of the ring's control protocol (strata.ring.control.runner: the leader
 plans over the live members, assigns an epoch and drives C's Driver from the member that
 holds the first layers). The daemon to ask is $STRATA_RING (HOST:PORT, default
 127.0.0.1:7473); any member will do, it passes the request to the leader.
@@ -49,7 +49,7 @@ LOST_NOTE = ("ring: a member was lost during a repetition: that request was run 
 
 
 def ring_address() -> tuple[str, int]:
-    from strata.ring.control import DEFAULT_PORT, parse_addr
+    from strata.ring.control.wire import DEFAULT_PORT, parse_addr
 
     return parse_addr(os.environ.get(ENV) or f"127.0.0.1:{DEFAULT_PORT}")
 
@@ -57,7 +57,7 @@ def ring_address() -> tuple[str, int]:
 def daemon_status(addr: tuple[str, int] | None = None,
                   timeout_s: float = STATUS_S) -> dict[str, Any]:
     """The daemon's status reply, or one line naming `strata ring serve` (exit 2)."""
-    from strata.ring.control import PeerError, request
+    from strata.ring.control.wire import PeerError, request
 
     addr = addr or ring_address()
     try:
@@ -128,7 +128,7 @@ class RingBackend:
                                      np.array(sorted(special), dtype=np.int64))
 
     def run(self, request: RunRequest) -> RunTrace:
-        from strata.ring.control import request as ask
+        from strata.ring.control.wire import request as ask
 
         if request.depth_tokens:
             raise InputError(f"-B ring: depth tests (@d{len(request.depth_tokens)}) are not "
@@ -165,7 +165,7 @@ class RingBackend:
     def info(self) -> dict[str, Any]:
         return {"device": _device_text(self._last), "threads": None,
                 "kv_dtype": "float32", "dtype": "float32",
-                "weights": "float32 on every member (strata.ring.stage)",
+                "weights": "float32 on every member (strata.ring.runtime.stage)",
                 "gen_inputs": GEN_INPUTS_NOTE, "ring": self._ring_info()}
 
     def close(self) -> None:

@@ -1,6 +1,6 @@
 """`strata fleet …`: the same measurement on every member of a ring, gathered in one DB.
 
-The logic lives in strata.ring.fleet; this file parses, validates the bench flags here
+The logic lives in strata.ring.control.fleet; this file parses, validates the bench flags here
 (before any member is asked) and prints through bench's own views.
 """
 
@@ -16,7 +16,7 @@ from strata.cli import DbOption, app, check_positive, err, open_store, out
 from strata.cli.helptext import reflowed
 from strata.cli.output import FormatOption, JsonOption, emit, output_format
 from strata.errors import InputError
-from strata.ring.control import DEFAULT_PORT
+from strata.ring.control.wire import DEFAULT_PORT
 
 fleet_app = typer.Typer(
     name="fleet", no_args_is_help=True, rich_markup_mode="rich",
@@ -76,8 +76,8 @@ def bench(
       strata fleet bench model.gguf -B llamacpp -t 4 --peers a:7473,b:7473 -o md
       strata compare host:0de260d8 host:9a1f3c2b  [dim]# then: two members[/dim]
     """
-    from strata.ring.control import parse_peers
-    from strata.ring.fleet import find_targets, gather
+    from strata.ring.control.fleet import find_targets, gather
+    from strata.ring.control.wire import parse_peers
 
     chosen = output_format(fmt, json_out)
     check_positive("--timeout", timeout)
@@ -100,7 +100,7 @@ def check_bench_flags(args: list[str]) -> None:
     from typer.exceptions import TyperException
 
     from strata.commands.bench_options import BenchFlags, build_config
-    from strata.ring.fleet import MEMBER_FLAGS
+    from strata.ring.control.fleet import MEMBER_FLAGS
 
     for a in args:
         if a.split("=", 1)[0] in MEMBER_FLAGS:
@@ -123,7 +123,7 @@ def _say(line: str) -> None:
 
 
 def show(outcomes: list[Any], fmt: str) -> None:
-    from strata.ring.fleet import member_records, result_records
+    from strata.ring.control.fleet import member_records, result_records
 
     records = result_records(outcomes)
     document = {"members": member_records(outcomes),

@@ -1,7 +1,7 @@
 """`strata ring …`: machines that find each other and run one model across them.
 
 serve starts a node daemon; status and run talk to a daemon over the control protocol
-(strata.ring.control). The logic lives in strata.ring; this file parses and prints.
+(strata.ring.control.wire). The logic lives in strata.ring; this file parses and prints.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from strata.cli import app, check_positive, err, out
 from strata.cli.helptext import reflowed
 from strata.cli.output import FormatOption, JsonOption, emit, output_format, read_store
 from strata.errors import InputError
-from strata.ring.control import DEFAULT_PORT
+from strata.ring.control.wire import DEFAULT_PORT
 
 ring_app = typer.Typer(
     name="ring", no_args_is_help=True, rich_markup_mode="rich",
@@ -83,8 +83,8 @@ def serve(
       strata ring serve --device cuda:0 --mem-cap 20
       strata ring serve --ops torch
     """
-    from strata.ring.members import Member
-    from strata.ring.node import Node, NodeConfig
+    from strata.ring.control.node import Node, NodeConfig
+    from strata.ring.plan.members import Member
 
     check_positive("--timeout", timeout)
     from strata.engine.ops import names as ops_names
@@ -93,7 +93,7 @@ def serve(
         raise InputError(f"--ops {ops}: choose one of {', '.join(ops_names())}")
     if mem_cap is not None:
         check_positive("--mem-cap", mem_cap)
-    from strata.ring.control import bind, parse_peers
+    from strata.ring.control.wire import bind, parse_peers
 
     config = NodeConfig(name=name or _default_name(port), host=host, port=port,
                         peers=parse_peers(peers), device=device, ops=ops, mdns=mdns,
@@ -138,7 +138,7 @@ def _default_name(port: int) -> str:
 
 
 def _advertised(host: str) -> str:
-    from strata.ring.discovery import _primary_address
+    from strata.ring.control.discovery import _primary_address
 
     return _primary_address() if host in ("", "0.0.0.0") else host
 
@@ -170,8 +170,8 @@ def status(
       strata ring status
       strata ring status --connect 192.168.1.10:7473 --json
     """
-    from strata.ring.control import parse_addr, request
-    from strata.ring.view import links_table, status_records, status_table
+    from strata.ring.control.wire import parse_addr, request
+    from strata.views.ring import links_table, status_records, status_table
 
     chosen = output_format(fmt, json_out)
     check_positive("--timeout", timeout)
@@ -226,8 +226,8 @@ def run(
       strata ring run synthetic:tiny-deep -p "Hello" -n 16
       strata ring run model.gguf -p "Once upon a time" -n 64 --seed 1 --temp 0.8
     """
-    from strata.ring.control import parse_addr, request
-    from strata.ring.view import run_record, run_table
+    from strata.ring.control.wire import parse_addr, request
+    from strata.views.ring import run_record, run_table
 
     chosen = output_format(fmt, json_out)
     check_positive("--timeout", timeout)

@@ -2,7 +2,7 @@
 
 Registered on the `strata ring` sub-app (strata.cli.ring imports this module). Members come
 from a running daemon (--connect), from JSON files (--members) or are emulated (--node
-NAME:GiB[:GB/s]); with none of these, this host alone. The logic is strata.ring.plan.
+NAME:GiB[:GB/s]); with none of these, this host alone. The logic is strata.ring.plan.partition.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from strata.cli.output import FormatOption, JsonOption, emit, output_format, rea
 from strata.cli.ring import ring_app
 from strata.errors import InputError
 from strata.fit.plan import DEFAULT_CTX
-from strata.ring.links import Link
-from strata.ring.members import GiB, Member
-from strata.ring.plan_types import LayerTime
+from strata.ring.plan.links import Link
+from strata.ring.plan.members import GiB, Member
+from strata.ring.plan.types import LayerTime
 
 MEMBERS = "Members"
 
@@ -79,8 +79,8 @@ def plan(
       strata ring plan model.gguf --connect 192.168.1.10:7473 -o json
       strata ring plan synthetic:tiny --mem-cap 0.001 --link 0.2:1000
     """
-    from strata.ring.plan import HELD_DTYPE, plan_ring
-    from strata.ring.plan_view import MD_FIELDS, print_plan
+    from strata.ring.plan.partition import HELD_DTYPE, plan_ring
+    from strata.views.ring_plan import MD_FIELDS, print_plan
 
     chosen = output_format(fmt, json_out)
     if ops not in HELD_DTYPE:
@@ -90,7 +90,7 @@ def plan(
     given = _given_link(link)
     members, measured = _members(node or [], members_file or [], connect, db)
     if mem_cap is not None:
-        from strata.ring.members import capped
+        from strata.ring.plan.members import capped
 
         members = [capped(m, int(mem_cap * GiB)) for m in members]
     links = _all_links(members, measured, given)
@@ -99,7 +99,7 @@ def plan(
     result = plan_ring(model, members, DEFAULT_CTX if ctx is None else ctx, links,
                        weights_dtype=HELD_DTYPE[ops], measured=times)
     if connect is not None:
-        from strata.ring.layer_time import estimate_notes
+        from strata.ring.control.layer_time import estimate_notes
 
         result.notes += estimate_notes(times, missing, [s.member for s in result.stages],
                                        why)
@@ -108,15 +108,15 @@ def plan(
 
 
 def _given_link(text: str | None) -> Link | None:
-    from strata.ring.links import parse_link
+    from strata.ring.plan.links import parse_link
 
     return parse_link(text) if text is not None else None
 
 
 def _members(nodes: list[str], files: list[Path], connect: str | None,
              db: Path | None) -> tuple[list[Member], dict[tuple[str, str], Link]]:
-    from strata.ring import links as ring_links
-    from strata.ring import members as ring_members
+    from strata.ring.plan import links as ring_links
+    from strata.ring.plan import members as ring_members
 
     out_members: list[Member] = [ring_members.emulated(n) for n in nodes]
     measured: dict[tuple[str, str], Link] = {}
@@ -158,8 +158,8 @@ def _daemon_times(connect: str, model: str) -> tuple[dict[str, LayerTime], dict[
     """Every live member's timed decoder layer of `model`, gathered by the daemon (each
     member times its own, in parallel); a daemon that cannot (an older one) leaves every
     member on the bandwidth x η estimate, and the notes say why."""
-    from strata.ring.control import PeerError, parse_addr, request
-    from strata.ring.layer_time import GATHER_TIMEOUT_S
+    from strata.ring.control.layer_time import GATHER_TIMEOUT_S
+    from strata.ring.control.wire import PeerError, parse_addr, request
 
     try:
         with err.status("timing a decoder layer on each member…"):
@@ -173,7 +173,7 @@ def _daemon_times(connect: str, model: str) -> tuple[dict[str, LayerTime], dict[
 
 
 def _daemon_status(connect: str) -> object:
-    from strata.ring.control import parse_addr, request
+    from strata.ring.control.wire import parse_addr, request
 
     reply = request(*parse_addr(connect), {"op": "status"}, timeout_s=5.0,
                     connect_timeout_s=5.0)

@@ -9,7 +9,7 @@ group, so an epoch's group can be dropped and a new one formed in the same proce
 A message is a 5 x int64 header (kind, request id, position, n tokens, width) and, for DATA
 and RESULT, one payload tensor: float32 [n, width], or int64 token ids [n] when width is 0.
 RESET and STOP have no payload; RESET's position field carries the KV capacity (0 = free the
-cache) and its n field the result mode (strata.ring.pipeline.Mode).
+cache) and its n field the result mode (strata.ring.runtime.pipeline.Mode).
 
 Failures: gloo reports a crashed peer at once (its sockets close: ~10 ms on loopback) but a
 hung one never, so every wait during a request has its own deadline (`op_timeout_s`); either

@@ -1,6 +1,6 @@
 """The leader's side of `strata ring run`: plan, assign an epoch, drive, re-plan on a loss.
 
-The plan comes from strata.ring.plan over the live members (this node included), with the
+The plan comes from strata.ring.plan.partition over the live members (this node included), with the
 links between them measured by the members themselves (the activations cross the link
 between two members, not the leader's). Every plan gets a new epoch; the orders go out
 rank 0 first (it names its rendezvous port), then the others, then `drive` to rank 0.
@@ -13,9 +13,10 @@ import time
 from typing import Any
 
 from strata.errors import InputError
-from strata.ring.control import Message, PeerError, Refused
-from strata.ring.runner import MAX_REPLANS, model_hash, send_order
+from strata.ring.control.orders import model_hash, reach_of, send_order
+from strata.ring.control.wire import Message, PeerError, Refused
 
+MAX_REPLANS = 4  # members lost in one request before the leader gives up
 REPLAN_GAIN = 0.2  # a joining member moves a running model only for > 20% predicted gain
 ORDER_TIMEOUT_S = 30.0  # an assign loads nothing but a hash: a member slower is hung
 DRIVE_SILENCE_S = 30.0  # the driver says "pending" every second: this much silence is a hang
@@ -73,8 +74,8 @@ def _plan(node: Any, model: str, ctx: int, lost: set[str]) -> Any:
     """The plan for this request. A member that joined does not move a model that runs
     already: the last plan's members keep it unless the new plan is predicted more than
     REPLAN_GAIN faster (an unpredicted gain counts as none)."""
-    from strata.ring.members import Member
-    from strata.ring.plan import plan_ring
+    from strata.ring.plan.members import Member
+    from strata.ring.plan.partition import plan_ring
 
     members = [node.member, *(Member.from_dict(p.member) for p in node.live()
                               if p.member and p.id not in lost)]
@@ -101,7 +102,7 @@ def _plan(node: Any, model: str, ctx: int, lost: set[str]) -> Any:
         if kept is not None and _gain(kept, plan) <= REPLAN_GAIN:
             plan = kept
     node.last_plans[model] = [s.member for s in plan.stages]
-    from strata.ring.layer_time import estimate_notes
+    from strata.ring.control.layer_time import estimate_notes
 
     plan.notes += estimate_notes(times, missing, node.last_plans[model])
     return plan
@@ -114,7 +115,7 @@ def _gain(old: Any, new: Any) -> float:
 
 def _links(node: Any, members: list[Any]) -> dict[tuple[str, str], Any]:
     """Each pair's link, measured once by one end and kept by the leader for later plans."""
-    from strata.ring.links import Link
+    from strata.ring.plan.links import Link
 
     cache: dict[tuple[str, str], Any] = node.links
     for i, a in enumerate(members):
@@ -141,14 +142,6 @@ def _release(node: Any, formed: dict[str, Any] | None) -> None:
     if addr is not None:
         with contextlib.suppress(PeerError):
             send_order(addr, {"op": "release", "epoch": formed["epoch"]}, ORDER_TIMEOUT_S)
-
-
-def reach_of(node: Any) -> dict[str, tuple[str, int]]:
-    """Where this node's control links reach each live member (itself on loopback when it
-    listens everywhere)."""
-    own = "127.0.0.1" if node.config.host in ("", "0.0.0.0") else node.config.host
-    return {node.member.id: (own, node.config.port),
-            **{p.id: p.addr for p in node.live() if p.id}}
 
 
 def _assign_and_drive(node: Any, plan: Any, epoch: int, model: str, digest: str,

@@ -1,7 +1,7 @@
 """How daemons find each other: mDNS/DNS-SD (`_strata-ring._tcp`) and static `--peers`.
 
 Discovery only proposes addresses. Whether a node is a member is decided by the control
-connection (strata.ring.control): the hello handshake checks its strata version and its
+connection (strata.ring.control.wire): the hello handshake checks its strata version and its
 pings keep it alive. An mDNS record says nothing about liveness — a crashed node's record
 lingers until its TTL runs out (120 s for the address, 4500 s for the rest) — so a record
 that disappears or stays is never used to add or drop a member, only to try a connection.

@@ -33,12 +33,12 @@ from pathlib import Path
 from typing import Any
 
 from strata.errors import InputError
-from strata.ring import control
-from strata.ring.control import Channel, Message, PeerError
+from strata.ring.control import wire
+from strata.ring.control.wire import Channel, Message, PeerError
 from strata.store.runs import StoredResult
 
 BENCH_TIMEOUT_S = 3600.0  # one member's whole sweep; --timeout changes it
-# A member working on a request says so every control.KEEPALIVE_S: a silence this long is
+# A member working on a request says so every wire.KEEPALIVE_S: a silence this long is
 # a hung daemon (the bench's own length is bounded by the member, with --timeout).
 SILENCE_S = 60.0
 KILL_GRACE_S = 3.0  # SIGINT first (the bench stores what finished), then SIGKILL
@@ -50,7 +50,7 @@ STRATA = [sys.executable, "-m", "strata.cli"]
 
 
 # --- member side ------------------------------------------------------------------------
-def handlers(node: Any, db: Path | None = None) -> dict[str, control.Handler]:
+def handlers(node: Any, db: Path | None = None) -> dict[str, wire.Handler]:
     """The ops this module adds to a ring daemon (`node.handlers.update(...)`). The
     member's bench uses `db`, else the daemon's own (`node.config.db`, serve's --db, when
     it has one), else the default results DB."""
@@ -244,10 +244,10 @@ def find_targets(connect: list[str], peers: list[str], timeout_s: float) -> list
     found: dict[str, Target] = {}
 
     def status_of(where: str) -> Message:
-        host, port = control.parse_addr(where)
+        host, port = wire.parse_addr(where)
         addr = f"{host}:{port}"
         try:
-            status = control.request(host, port, {"op": "status"}, timeout_s=timeout_s,
+            status = wire.request(host, port, {"op": "status"}, timeout_s=timeout_s,
                                      connect_timeout_s=timeout_s)
         except PeerError as exc:
             found.setdefault(addr, Target(addr, reason=_unprefixed(str(exc), addr)))
@@ -277,8 +277,8 @@ def ask(target: Target, args: list[str], timeout_s: float) -> Message:
     """One member's bench reply; PeerError (one line) when it cannot or did not run."""
     if target.reason:
         raise PeerError(target.reason)
-    host, port = control.parse_addr(target.addr)
-    return control.request(host, port, {"op": "bench", "args": args, "timeout_s": timeout_s},
+    host, port = wire.parse_addr(target.addr)
+    return wire.request(host, port, {"op": "bench", "args": args, "timeout_s": timeout_s},
                            timeout_s=SILENCE_S, connect_timeout_s=10.0)
 
 

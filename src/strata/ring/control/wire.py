@@ -3,7 +3,7 @@
 One message per line, a JSON object. A request carries `op` (hello, ping, status, assign,
 drive, run, leave, bye) and the daemon answers each with one line: `{"ok": true, ...}` or
 `{"ok": false, "error": "<one line for the user>"}`. The data plane (activations, KV)
-never travels here: it goes over torch.distributed (strata.ring.transport); this channel
+never travels here: it goes over torch.distributed (strata.ring.runtime.transport); this channel
 only forms the ring, tells members what to hold and carries liveness.
 
 Liveness comes from these connections, not from mDNS (a crashed node's record lingers for

@@ -1,6 +1,6 @@
 """How long a member takes per decoded token for a share of a model: its measured decoder
-layer (strata.ring.layer_time) when it timed one, else bytes read / (bandwidth x η).
-strata.ring.plan searches with these; see its docstring for the rules."""
+layer (strata.ring.control.layer_time) when it timed one, else bytes read / (bandwidth x η).
+strata.ring.plan.partition searches with these; see its docstring for the rules."""
 
 from __future__ import annotations
 
@@ -8,14 +8,11 @@ import itertools
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
 
 from strata.fit.predict import PRIOR_ETA
-from strata.ring.members import Member
-from strata.ring.plan_types import LayerTime
-
-if TYPE_CHECKING:
-    from strata.ring.plan import LayerCosts
+from strata.ring.plan.costs import LayerCosts
+from strata.ring.plan.members import Member
+from strata.ring.plan.types import LayerTime
 
 SAME_SPEED = 0.15  # measured layer times this close (relative) are one speed: noise
 

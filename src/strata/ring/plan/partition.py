@@ -11,7 +11,7 @@ Rules (issue 15):
     + Σ links   RTT / 2 + bytes / link bandwidth   (one hop each way round the ring,
                 activations forward, the logits back to the driver on the first stage)
   A stage's time is MEASURED when its member timed one decoder layer of this model
-  (strata.ring.layer_time: one token at a small KV depth): layers x that time, + the KV
+  (strata.ring.control.layer_time: one token at a small KV depth): layers x that time, + the KV
   cache the token reads beyond the timed depth at bandwidth x η, + the head as timed (else
   its bytes at bandwidth x η), + one embedding row at bandwidth x η (a lookup: negligible).
   Otherwise it is ESTIMATED: bytes the stage reads per token / (member bandwidth x η).
@@ -32,72 +32,25 @@ from __future__ import annotations
 
 import itertools
 import math
-import re
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from strata.errors import InputError
-from strata.fit.memory import LayerBytes
 from strata.fit.predict import PRIOR_ETA
-from strata.models.spec import TOKEN_EMBD, ModelSpec, is_expert_tensor
-from strata.ring.links import Link
-from strata.ring.members import HEADROOM, Member
-from strata.ring.plan_time import SAME_SPEED, Timing, eta, timings_of
-from strata.ring.plan_types import LayerTime, LinkPlan, RingPlan, StagePlan, size
+from strata.models.spec import ModelSpec
+from strata.ring.plan.costs import LayerCosts
+from strata.ring.plan.links import Link
+from strata.ring.plan.members import HEADROOM, Member
+from strata.ring.plan.timing import SAME_SPEED, Timing, eta, timings_of
+from strata.ring.plan.types import LayerTime, LinkPlan, RingPlan, StagePlan, size
 
-# how the ring's stages hold weights, per ops backend (strata.ring.stage): the lab's
+# how the ring's stages hold weights, per ops backend (strata.ring.runtime.stage): the lab's
 # kernels read the GGUF's blocks as stored (None), the torch ops dequantise to float32
 HELD_DTYPE: dict[str, str | None] = {"lab": None, "torch": "float32"}
 MAX_ORDERS = 20_000  # ordered member choices tried per size k (8 members, k = 4: 1680)
-_BLOCK = re.compile(r"^(?:blk|model\.layers)\.(\d+)\.")  # fit.memory's block naming
 
 Links = Mapping[tuple[str, str], Link] | Link | None
-
-
-@dataclass(frozen=True)
-class LayerCosts:
-    """Bytes per block, and what the first and last stages hold beside their blocks."""
-
-    mem: tuple[int, ...]  # per block: weights + KV cache at ctx
-    read: tuple[float, ...]  # per block: bytes one decoded token reads
-    kv: tuple[int, ...]  # per block: the KV part of mem
-    embed_mem: int  # first stage: token embedding (and any other non-block tensor)
-    embed_read: float  # one embedding row per token (a lookup, not a stream)
-    head_mem: int  # last stage: final norm + head (tied: a copy of the embedding)
-    head_read: float  # the head streams whole
-    tied_copy: int  # that copy: not needed when one member holds both ends
-
-    @classmethod
-    def of(cls, spec: ModelSpec, ctx: int, kv_elem_bytes: float) -> LayerCosts:
-        groups = LayerBytes.of(spec)  # the same grouping `strata fit` places by
-        n = spec.n_layers
-        kv = [int(spec.kv_bytes(ctx, kv_elem_bytes) / n)] * n if n else []
-        read = [float(k) for k in kv]  # decode at depth ctx reads the whole cache
-        used = spec.n_experts_used / spec.n_experts if spec.is_moe else 1.0
-        embed_read = 0.0
-        for t in spec.tensors:
-            m = _BLOCK.match(t.name)
-            if m and int(m.group(1)) < n:
-                share = used if spec.is_moe and is_expert_tensor(t.name) else 1.0
-                read[int(m.group(1))] += t.nbytes * share
-            elif t.name == TOKEN_EMBD:
-                embed_read += t.nbytes / max(1, t.shape[0])  # one (hidden,) row of (vocab, hidden)
-            elif t.name not in ("output.weight", "output_norm.weight"):
-                embed_read += t.nbytes  # e.g. rope_freqs: small, read whole
-        embd = spec.tensor(TOKEN_EMBD)
-        tied = embd.nbytes if spec.tensor("output.weight") is None and embd is not None else 0
-        return cls(tuple(b + k for b, k in zip(groups.blocks, kv, strict=True)), tuple(read),
-                   tuple(kv), groups.input, embed_read, groups.output, float(groups.output),
-                   tied)
-
-    @property
-    def n(self) -> int:
-        return len(self.mem)
-
-    def need(self, k: int) -> int:
-        """Bytes k members hold together (one member keeps a tied head's single table)."""
-        return sum(self.mem) + self.embed_mem + self.head_mem - (self.tied_copy if k == 1 else 0)
 
 
 @dataclass

@@ -68,7 +68,7 @@ class _Worker:
     data_seen: int = 0
 
     def hook(self, cmd: dict[str, Any]) -> Any:
-        from strata.ring.transport import Kind
+        from strata.ring.runtime.transport import Kind
 
         self.data_seen = 0  # counted per serve command
         def on_message(header: Any) -> None:
@@ -82,14 +82,15 @@ class _Worker:
         return on_message
 
     def form(self, cmd: dict[str, Any], rank: int) -> Any:
-        from strata.ring.transport import form_group
+        from strata.ring.runtime.transport import form_group
 
         return form_group("127.0.0.1", cmd["port"], rank, cmd["world"], cmd["epoch"],
                           cmd["timeout_s"], cmd.get("op_timeout_s"))
 
     def handle(self, cmd: dict[str, Any]) -> dict[str, Any]:
-        from strata.ring.pipeline import Driver, StageAssignment, check_fit, serve_stage
-        from strata.ring.transport import PeerLost
+        from strata.ring.runtime.assign import StageAssignment, check_fit
+        from strata.ring.runtime.pipeline import Driver, serve_stage
+        from strata.ring.runtime.transport import PeerLost
 
         op = cmd["op"]
         assignments = [StageAssignment(*a) for a in cmd.get("assignments", [])]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from strata.ring.plan_types import RingPlan, size
+from strata.ring.plan.types import RingPlan, size
 from strata.views.console import plain
 
 # -o md: the table's columns, by their record field names (docs/output.md, ring.plan.records)

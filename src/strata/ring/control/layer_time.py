@@ -1,14 +1,15 @@
 """A member's measured decode time of one decoder layer of a model: what the plan uses
 instead of bytes / (bandwidth x η), which was 40x off on a busy host.
 
-`time_layer(model)` loads ONE middle decoder layer through strata.ring.stage (a stage that is
-neither first nor last takes float32 activations and returns them: no embedding, no head),
-fills its KV cache to DEPTH positions untimed, then times a one-token forward at that depth
-(strata.measure.timer: warm-up, repetitions of a ~20 ms batch of such tokens, the median).
+`time_layer(model)` loads ONE middle decoder layer through strata.ring.runtime.stage (a
+stage that is neither first nor last takes float32 activations and returns them: no
+embedding, no head), fills its KV cache to DEPTH positions untimed, then times a one-token
+forward at that depth (strata.measure.timer: warm-up, repetitions of a ~20 ms batch of such
+tokens, the median).
 The head is timed the same way on the last stage (last layer + final norm + head) minus the
 layer time. A fraction of a second for a small model; the daemon keeps it per model hash.
 
-Daemon ops (strata.ring.node registers `handlers(node)`):
+Daemon ops (strata.ring.control.node registers `handlers(node)`):
 - `time_layer` {model} -> {model_hash, layer_s, head_s, depth, reps, device}: this member's.
 - `layer_times` {model} -> {times: {id: LayerTime dict}, missing: {id: reason}}: every live
   member's, asked in parallel (what `strata ring plan --connect` uses).
@@ -25,8 +26,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from strata.measure.timer import TimingPolicy
-from strata.ring.control import Channel, Handler, Message, PeerError
-from strata.ring.plan_types import LayerTime
+from strata.ring.control.orders import reach_of, send_order
+from strata.ring.control.wire import Channel, Handler, Message, PeerError
+from strata.ring.plan.types import LayerTime
 
 DEPTH = 16  # KV positions before the timed token: decode, not an empty-cache toy
 GATHER_TIMEOUT_S = 30.0  # a member may first write a synthetic model or read a layer
@@ -60,7 +62,7 @@ def _time_stage(model_ref: str, first: int, last: int, device: str) -> tuple[flo
     import torch
 
     from strata.measure.timer import HostClock, time_calls
-    from strata.ring.stage import Stage
+    from strata.ring.runtime.stage import Stage
 
     stage = Stage.load(model_ref, first, last, device=device)
     stage.reset(DEPTH + 1)
@@ -94,7 +96,7 @@ def _time_stage(model_ref: str, first: int, last: int, device: str) -> tuple[flo
 class LayerTimer:
     """A daemon's timings: its own per model hash, and (as leader) what members answered."""
 
-    node: Any  # strata.ring.node.Node
+    node: Any  # strata.ring.control.node.Node
     own: dict[str, LayerTime] = field(default_factory=dict)  # by model hash
     # (model, host, device) -> that machine's time, or why there is none
     known: dict[tuple[str, str, str], LayerTime | str] = field(default_factory=dict)
@@ -113,7 +115,7 @@ class LayerTimer:
         return {"model_hash": digest, **timed.to_dict()}
 
     def layer_times(self, msg: Message, chan: Channel) -> Message:
-        from strata.ring.members import Member
+        from strata.ring.plan.members import Member
 
         node = self.node
         members = [node.member, *(Member.from_dict(p.member) for p in node.live() if p.member)]
@@ -127,8 +129,6 @@ class LayerTimer:
         load of the moment, and a plan must not reorder them over that); machines in
         parallel, not again for this model. A machine that fails or is silent past
         GATHER_TIMEOUT_S keeps the bandwidth x η estimate, with the reason."""
-        from strata.ring.leader import reach_of
-
         reach = reach_of(self.node)
         machine = {m.id: (reach[m.id][0], str(m.device)) for m in members if m.id in reach}
         ask: dict[tuple[str, str], str] = {}  # machine -> the member (lowest id) that times
@@ -138,8 +138,6 @@ class LayerTimer:
         answers: dict[tuple[str, str], LayerTime | str] = {}
 
         def one_host(keys: list[tuple[str, str]]) -> None:
-            from strata.ring.runner import send_order
-
             for key in keys:  # one at a time on a host: two would time each other's load
                 try:
                     reply = send_order(reach[ask[key]], {"op": "time_layer", "model": model},

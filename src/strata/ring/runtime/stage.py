@@ -9,7 +9,7 @@ member chose: `lab` (default) keeps the GGUF's blocks as stored and runs the ker
 verified kernels; `torch` dequantises to float32 (the reference twin, 4 bytes a weight).
 Mixture-of-experts files (qwen3moe, Mixtral) route experts in the executor: the stage holds
 every expert of its layers and computes only the routed ones. A Hugging Face folder
-(config.json + safetensors) loads through strata.ring.stage_hf, which reads only the stage's
+(config.json + safetensors) loads through strata.ring.runtime.stage_hf, which reads only the stage's
 tensors, widened to float32, rows as stored (HF checkpoints are not Q/K-permuted).
 """
 
@@ -32,7 +32,7 @@ from strata.engine.executor import Executor
 from strata.engine.weights import FLOAT_BYTES, ModelWeights, Stored, range_bytes, read_range
 from strata.models import arch as arch_registry
 from strata.models.spec import ModelSpec
-from strata.ring.stage_hf import hf_folder, load_hf, read_stage_hf
+from strata.ring.runtime.stage_hf import hf_folder, load_hf, read_stage_hf
 
 DEFAULT_OPS = ops_registry.DEFAULT
 

@@ -25,14 +25,9 @@ from enum import IntEnum
 import torch
 
 from strata.errors import InputError
-from strata.ring.runtime_assign import (  # noqa: F401  (part of this module's API)
-    StageAssignment,
-    check_assignments,
-    check_fit,
-    even_split,
-)
-from strata.ring.stage import DEFAULT_OPS, Stage, check_range
-from strata.ring.transport import Group, Header, Kind, PeerLost
+from strata.ring.runtime.assign import StageAssignment, check_assignments, check_fit
+from strata.ring.runtime.stage import DEFAULT_OPS, Stage, check_range
+from strata.ring.runtime.transport import Group, Header, Kind, PeerLost
 
 LOAD_TIMEOUT_S = 600.0  # how long the driver waits for the other stages to load their layers
 

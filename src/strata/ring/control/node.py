@@ -24,10 +24,10 @@ from typing import Any
 
 from strata import __version__
 from strata.errors import InputError
-from strata.ring import control
-from strata.ring.control import Channel, Message, PeerError
-from strata.ring.discovery import Advert, Zeroconf
-from strata.ring.runner import StageHost
+from strata.ring.control import wire
+from strata.ring.control.discovery import Advert, Zeroconf
+from strata.ring.control.runner import StageHost
+from strata.ring.control.wire import Channel, Message, PeerError
 
 Addr = tuple[str, int]
 Log = Callable[[str], None]
@@ -37,7 +37,7 @@ Log = Callable[[str], None]
 class NodeConfig:
     name: str
     host: str = "0.0.0.0"  # where the control server listens
-    port: int = control.DEFAULT_PORT
+    port: int = wire.DEFAULT_PORT
     peers: list[Addr] = field(default_factory=list)
     device: str = "cpu"
     ops: str = "lab"  # how this node's stages compute: lab kernels (as stored) or torch
@@ -73,35 +73,35 @@ class Node:
 
     def __init__(self, config: NodeConfig, member: Any, log: Log | None = None) -> None:
         self.config = config
-        self.member = member  # strata.ring.members.Member of this host
+        self.member = member  # strata.ring.plan.members.Member of this host
         self.log = log or (lambda _line: None)
         self.epoch = 0
         self.peers: dict[Addr, PeerState] = {}
         self.lock = threading.RLock()
         self.stopped = threading.Event()
-        self.handlers: dict[str, control.Handler] = {
+        self.handlers: dict[str, wire.Handler] = {
             "hello": self._on_hello, "ping": self._on_ping, "status": self._on_status,
             "bye": self._on_bye, "leave": self._on_leave, "probe": self._on_probe,
             "measure": self._on_measure}
-        self.server: control.Server | None = None
+        self.server: wire.Server | None = None
         self.mdns: Zeroconf | None = None
         self.links: dict[tuple[str, str], Any] = {}  # measured links, by (from id, to id)
         self.last_plans: dict[str, list[str]] = {}  # model -> member ids of its last plan
         self.ring_now: dict[str, Any] | None = None  # leader: the epoch whose group is up
         self.stages = StageHost(self)  # this node's share of a run, and `run` itself
         self.handlers.update(self.stages.handlers())
-        from strata.ring import fleet  # `strata fleet bench` asks members to bench
+        from strata.ring.control import fleet  # `strata fleet bench` asks members to bench
 
         self.handlers.update(fleet.handlers(self))
-        from strata.ring import layer_time  # `time_layer`: the plan's measured stage times
+        from strata.ring.control import layer_time  # `time_layer`: the plan's measured stage times
 
         self.handlers.update(layer_time.handlers(self))
 
     # --- life cycle -------------------------------------------------------------------
     def start(self, sock: socket.socket | None = None) -> None:
-        """`sock`: the control port, bound already (control.bind) so that a port in use is
+        """`sock`: the control port, bound already (wire.bind) so that a port in use is
         reported before the host is probed."""
-        self.server = control.Server(self.config.host, self.config.port, self.handlers,
+        self.server = wire.Server(self.config.host, self.config.port, self.handlers,
                                      idle_timeout_s=max(30.0, 4 * self.config.timeout_s),
                                      sock=sock)
         self.member.port = self.config.port = self.server.port
@@ -123,7 +123,7 @@ class Node:
         self.stopped.set()
         for peer in self.live():
             with contextlib.suppress(InputError):
-                control.request(*peer.addr, {"op": "bye", "id": self.member.id},
+                wire.request(*peer.addr, {"op": "bye", "id": self.member.id},
                                 timeout_s=1.0, connect_timeout_s=1.0)
         self.stages.shutdown()
         if self.mdns is not None:
@@ -199,14 +199,14 @@ class Node:
     # --- handlers ---------------------------------------------------------------------
     def check_hello(self, msg: Message) -> None:
         """Refuse, with the reason, a peer that cannot be in this ring."""
-        if msg.get("protocol") != control.PROTOCOL:
+        if msg.get("protocol") != wire.PROTOCOL:
             raise InputError(f"ring protocol {msg.get('protocol')} is not this node's "
-                             f"{control.PROTOCOL}: run the same strata version on every node")
+                             f"{wire.PROTOCOL}: run the same strata version on every node")
         if msg.get("version") != self.config.version:
             raise InputError(f"strata {msg.get('version')} cannot join a ring of strata "
                              f"{self.config.version} (node {self.member.id}): install the "
                              "same version on every node")
-        from strata.ring.members import Member
+        from strata.ring.plan.members import Member
 
         theirs = Member.from_dict(dict(msg.get("member") or {})).to_dict()  # checks fields
         if theirs.get("id") == self.member.id and int(theirs.get("port", 0)) != \
@@ -215,7 +215,7 @@ class Node:
                              f"{self.config.port}: give each daemon its own --name")
 
     def hello_message(self) -> Message:
-        return {"op": "hello", "protocol": control.PROTOCOL, "version": self.config.version,
+        return {"op": "hello", "protocol": wire.PROTOCOL, "version": self.config.version,
                 "member": self.member.to_dict(), "epoch": self.epoch, "known": self.known()}
 
     def _on_hello(self, msg: Message, chan: Channel) -> Message:
@@ -243,20 +243,20 @@ class Node:
         return {"leaving": self.member.id}
 
     def _on_probe(self, msg: Message, chan: Channel) -> Message:
-        """Answer a link measurement on this connection (strata.ring.links' protocol)."""
-        from strata.ring.links import serve_link_probe
+        """Answer a link measurement on this connection (strata.ring.plan.links' protocol)."""
+        from strata.ring.plan.links import serve_link_probe
 
-        return {control.THEN: lambda sock: serve_link_probe(sock, self.config.timeout_s * 4)}
+        return {wire.THEN: lambda sock: serve_link_probe(sock, self.config.timeout_s * 4)}
 
     def _on_measure(self, msg: Message, chan: Channel) -> Message:
         """Measure the link from this node to another member (RTT, bandwidth): the plan
         needs the link as the activations will cross it, not as the leader sees it."""
-        from strata.ring.links import measure_link
+        from strata.ring.plan.links import measure_link
 
         host, port = str(msg["host"]), int(msg["port"])
-        probe = control.connect(host, port, self.config.timeout_s)
+        probe = wire.connect(host, port, self.config.timeout_s)
         try:
-            control.call(probe, {"op": "probe"}, self.config.timeout_s)
+            wire.call(probe, {"op": "probe"}, self.config.timeout_s)
             link = measure_link(probe.sock, timeout_s=max(10.0, self.config.timeout_s))
         finally:
             probe.close()
@@ -293,7 +293,7 @@ class Link:
         while not self.node.stopped.is_set():
             wait = self.RETRY_S
             try:
-                chan = control.connect(*self.addr, timeout_s=cfg.timeout_s)
+                chan = wire.connect(*self.addr, timeout_s=cfg.timeout_s)
             except PeerError as exc:
                 self.node.transition(self.peer, "unreachable", str(exc).split(": ", 1)[-1])
             else:
@@ -311,7 +311,7 @@ class Link:
         node, cfg = self.node, self.node.config
         t0 = time.perf_counter()
         try:
-            reply = control.call(chan, node.hello_message(), cfg.timeout_s)
+            reply = wire.call(chan, node.hello_message(), cfg.timeout_s)
         except PeerError as exc:
             refused = "closed the connection" not in str(exc) and "no answer" not in str(exc)
             node.transition(self.peer, "refused" if refused else "unreachable",
@@ -340,7 +340,7 @@ class Link:
                 return Link.RETRY_S  # it said bye: reconnect later if it comes back
             t0 = time.perf_counter()
             try:
-                reply = control.call(chan, {"op": "ping", "t": t0}, cfg.timeout_s)
+                reply = wire.call(chan, {"op": "ping", "t": t0}, cfg.timeout_s)
             except PeerError as exc:
                 hung = "no answer" in str(exc)
                 node.transition(self.peer, "lost", f"no answer within {cfg.timeout_s:g} s"

@@ -10,7 +10,7 @@ from strata.views.console import plain
 
 
 def _size(n: Any) -> str:
-    from strata.ring.plan_types import size
+    from strata.ring.plan.types import size
 
     return "" if n is None else size(n)
 

@@ -30,7 +30,7 @@ class StagePlan:
     usable_bytes: int  # HEADROOM x what the member offers
     read_bytes: float  # bytes one decoded token reads here
     eta: float  # η the prediction used
-    # "measured": the member's timed decoder layer x its layers (strata.ring.layer_time);
+    # "measured": the member's timed decoder layer x its layers (strata.ring.control.layer_time);
     # "estimated": read_bytes / (bandwidth x η); None: neither is known (not predicted)
     time_source: str | None = None
     layer_ms: float | None = None  # the member's measured ms per decoder layer, if any
@@ -52,7 +52,7 @@ class StagePlan:
 class LayerTime:
     """A member's measured decode time of one decoder layer of a model (one token at a small
     KV depth) and, when timed, of the final norm + head: what replaces the bandwidth x η
-    estimate of its stages (strata.ring.layer_time measures it)."""
+    estimate of its stages (strata.ring.control.layer_time measures it)."""
 
     layer_s: float  # one decoder layer, one token, `depth` positions in its KV cache
     head_s: float | None  # final norm + output head, one token (None: not timed)

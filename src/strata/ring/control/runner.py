@@ -1,9 +1,9 @@
 """A generation across the ring: the leader's plan and orders, the members' stages.
 
 `run` (any daemon; forwarded to the leader): the leader plans on the live members
-(strata.ring.plan), opens a new epoch, sends each planned member an `assign` (its rank and
+(strata.ring.plan.partition), opens a new epoch, sends each planned member an `assign` (its rank and
 layers, the rendezvous of the rank-0 member, the model and its hash), then asks the rank-0
-member to `drive` (strata.ring.pipeline.Driver). When a peer is lost mid-generation the
+member to `drive` (strata.ring.runtime.pipeline.Driver). When a peer is lost mid-generation the
 driver answers with the tokens made so far; the leader drops the lost member, plans again
 over the survivors — or fails with the plan's own message of what is missing — and the new
 rank 0 resumes by replaying prompt + tokens (the rest equals an uninterrupted run).
@@ -15,40 +15,21 @@ waits on a group: a node that joins or leaves changes the next plan, never a run
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import signal
 import socket
 import threading
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from strata.errors import InputError
-from strata.ring import control
-from strata.ring.control import Channel, Message
+from strata.ring.control import wire
+from strata.ring.control.leader import lead
+from strata.ring.control.orders import model_hash
+from strata.ring.control.wire import Channel, Message
 
-MAX_REPLANS = 4  # members lost in one request before the leader gives up
 FORM_TIMEOUT_S = 30.0  # every planned member joins the epoch's group within this
-SAMPLE = 1 << 16  # bytes per sampled chunk of a model file
-SAMPLES = 64
-
-
-def model_hash(model_ref: str) -> str:
-    """A short id of the model's weights as this node would load them: the GGUF's size and
-    64 chunks spread over it (a full hash of a 40 GB file would take a minute on every
-    run; two different files that agree on all of these are not a realistic accident)."""
-    from strata.models.source import resolve
-
-    path = Path(resolve(model_ref).path("gguf", "ring"))
-    size = path.stat().st_size
-    h = hashlib.sha256(str(size).encode())
-    with path.open("rb") as f:
-        for i in range(SAMPLES):
-            f.seek(max(0, size - SAMPLE) * i // (SAMPLES - 1))
-            h.update(f.read(SAMPLE))
-    return h.hexdigest()[:16]
 
 
 def _free_port(host: str) -> int:
@@ -61,7 +42,7 @@ def _free_port(host: str) -> int:
 class StageHost:
     """A member's side: the stage it serves for the current epoch, the driver on rank 0."""
 
-    node: Any  # strata.ring.node.Node
+    node: Any  # strata.ring.control.node.Node
     stage: Any = None  # the last Stage loaded, reused when the next epoch keeps its layers
     group: Any = None  # the epoch's group this node serves a stage of (ranks 1..)
     driver: Any = None  # rank 0: the Driver of the current epoch, its group kept
@@ -71,7 +52,7 @@ class StageHost:
     hashes: dict[str, str] = field(default_factory=dict)
     run_lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def handlers(self) -> dict[str, control.Handler]:
+    def handlers(self) -> dict[str, wire.Handler]:
         return {"assign": self.assign, "drive": self.drive, "release": self.release,
                 "run": self.run}
 
@@ -125,8 +106,9 @@ class StageHost:
         return {}
 
     def _serve(self, order: Message) -> None:
-        from strata.ring.pipeline import StageAssignment, serve_stage
-        from strata.ring.transport import PeerLost, form_group
+        from strata.ring.runtime.assign import StageAssignment
+        from strata.ring.runtime.pipeline import serve_stage
+        from strata.ring.runtime.transport import PeerLost, form_group
 
         mine = StageAssignment(order["rank"], order["first"], order["last"])
         group = None
@@ -152,7 +134,7 @@ class StageHost:
         die_at = self.node.config.die_at
         if not die_at:
             return None
-        from strata.ring.transport import Kind
+        from strata.ring.runtime.transport import Kind
 
         seen = [0]
 
@@ -168,8 +150,9 @@ class StageHost:
     def drive(self, msg: Message, chan: Channel) -> Message:
         """Rank 0: generate (or resume) on the epoch's group, formed on the epoch's first
         request and kept for the next ones (the stages wait idle between requests)."""
-        from strata.ring.pipeline import Driver, RequestState, StageAssignment
-        from strata.ring.transport import PeerLost, form_group
+        from strata.ring.runtime.assign import StageAssignment
+        from strata.ring.runtime.pipeline import Driver, RequestState
+        from strata.ring.runtime.transport import PeerLost, form_group
 
         order = self.order
         if order.get("epoch") != msg["epoch"] or order.get("rank") != 0:
@@ -207,14 +190,12 @@ class StageHost:
         return {"result": _plain(result), "formed_s": formed_s}
 
     def run(self, msg: Message, chan: Channel) -> Message:
-        from strata.ring.leader import lead
-
         leader = self.node.leader()
         if leader != self.node.member.id:  # one leader plans; the others pass it on
             peer = self.node.peer_by_id(leader)
             if peer is None:
                 raise InputError(f"leader {leader} is not reachable from {self.node.member.id}")
-            return control.request(*peer.addr, msg, timeout_s=30.0)  # silence, not total
+            return wire.request(*peer.addr, msg, timeout_s=30.0)  # silence, not total
         with self.run_lock:  # one request at a time: each forms its own epoch's group
             return lead(self.node, msg)
 
@@ -227,9 +208,4 @@ def _plain(result: Any) -> dict[str, Any]:
             "itl_s": result.itl_s, "world": result.world,
             "links": [asdict(x) for x in result.links],
             "resumes": [asdict(r) for r in result.resumes]}
-
-
-def send_order(addr: tuple[str, int], msg: Message, timeout_s: float) -> Message:
-    """An order to a member; a member that cannot be reached is a PeerError."""
-    return control.request(*addr, msg, timeout_s=timeout_s, connect_timeout_s=timeout_s)
 

@@ -1,6 +1,6 @@
 """Who holds which layers: stage assignments, their checks, and whether the ranks can hold them.
 
-A planner (strata.ring.plan) chooses the ranges from each member's memory and speed; this
+A planner (strata.ring.plan.partition) chooses the ranges from each member's memory and speed; this
 module only checks what the data plane is given (contiguous ranges covering every layer, one
 per rank in ring order) and, after a lost peer, whether the survivors' memory caps can take
 their new shares, from the GGUF header alone.
@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from strata.errors import InputError
-from strata.ring.stage import stage_bytes
+from strata.ring.runtime.stage import stage_bytes
 
 
 @dataclass(frozen=True)
