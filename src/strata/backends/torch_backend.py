@@ -43,9 +43,10 @@ from strata.backends.torch_device import (
     _name,
     choose_dtype,
     resolve_device,
-    synchronize,
 )
 from strata.errors import InputError
+from strata.hardware.devices import sync
+from strata.hardware.threads import set_threads
 from strata.models.gguf import scan_or_input_error
 from strata.models.hf import read_config, read_safetensors_header, safetensors_files
 from strata.models.source import ResolvedModel
@@ -246,7 +247,7 @@ class TorchBackend:
         device = resolve_device(config.device)
         ckpt = self._checkpoint(model)
         choice = choose_dtype(config.dtype, device, ckpt.dtype, ckpt.nbytes)
-        _set_threads(config.threads)
+        set_threads(config.threads)  # every load: the count is process-wide state
         net = load_model(ckpt, device, choice.dtype)
         net.eval()
         self._state = _describe(net, device, choice, ckpt, config.dtype)
@@ -342,17 +343,6 @@ class TorchBackend:
         ids = (*request.depth_tokens, *request.prompt_tokens)
         if ids and (min(ids) < 0 or max(ids) >= s.vocab):
             raise InputError(f"token id out of range for a vocabulary of {s.vocab}")
-
-
-def _set_threads(threads: int | None) -> None:
-    """Set every load, not just when asked: the thread count is process-wide state."""
-    if threads is None:
-        from strata.hardware.cpu import probe_cpu
-
-        threads = probe_cpu().physical_cores or torch.get_num_threads()
-    if threads < 1:
-        raise InputError(f"--threads {threads}: must be at least 1")
-    torch.set_num_threads(threads)
 
 
 def _describe(net: Any, device: torch.device, choice: DtypeChoice, ckpt: Checkpoint,
@@ -453,16 +443,16 @@ class _Run:
         dev, n_prompt = self.s.device, self.prompt.shape[1]
         if self.depth.shape[1]:
             self._forward(self.depth)  # @d<D>: outside the timed region
-        synchronize(dev)
+        sync(dev)
         t_start = time.perf_counter_ns()
         if n_prompt:
             self._forward(self.prompt)
-            synchronize(dev)
+            sync(dev)
         t_prefill_end = time.perf_counter_ns() if n_prompt else t_start
         token_ns: list[int] = []
         for i in range(self.req.n_gen):
             self._forward(self.gen[:, i:i + 1])
-            synchronize(dev)
+            sync(dev)
             token_ns.append(time.perf_counter_ns())
         return RunTrace(n_prompt=n_prompt, n_gen=self.req.n_gen, t_start=t_start,
                         t_prefill_end=t_prefill_end, token_ns=token_ns, notes=[GEN_INPUTS_NOTE])

@@ -77,13 +77,6 @@ def _check_mps(spec: str) -> None:
                                  "Apple silicon or an AMD GPU")
 
 
-def synchronize(device: torch.device) -> None:
-    """Wait for queued device work (the vendor's runtime, hardware/devices.py)."""
-    from strata.hardware.devices import sync
-
-    sync(device)
-
-
 @dataclass(frozen=True)
 class DtypeChoice:
     dtype: torch.dtype

@@ -206,7 +206,9 @@ def train(
         "float32), else torch.")] = None,
     threads: Annotated[int | None, Opt(
         rich_help_panel=HARDWARE, show_default=False,
-        help="CPU threads (default: torch's; under torchrun the cores shared by the ranks).")]
+        help="CPU threads of torch and of the lab kernels' OpenMP team (default: "
+        "OMP_NUM_THREADS if set, else the physical cores; under torchrun the cores shared by "
+        "the ranks).")]
     = None,
     eval_every: Annotated[int | None, Opt(
         metavar="N", rich_help_panel=RUN, show_default=False,

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from strata.hardware.devices import sync
 from strata.hardware.profile import CpuInfo, GpuInfo, HostProfile
 from strata.hardware.specs import cpu_peak_compute, gpu_peak_bandwidth, gpu_peak_compute
 from strata.hardware.telemetry.hostload import HostLoadMonitor
@@ -309,13 +310,14 @@ def _gpu_bandwidth(torch: Any, device: str, config: MeasureConfig,
     pinned = torch.empty(host_n, dtype=torch.float32).pin_memory()
     dev_buf = torch.empty(host_n, dtype=torch.float32, device=device)
     policy = config.bandwidth_policy
+    host_clock = HostClock(lambda: sync(device))  # host copies: wall clock, device synced
     return best_of_trials(lambda: {
         "copy": _rate(lambda: dst.copy_(src), 2 * n * 4, policy, f"{device} d2d copy 1 GiB",
                       clock),
         "h2d": _rate(lambda: dev_buf.copy_(pinned, non_blocking=True), host_n * 4, policy,
-                     "pinned host->device 256 MiB", HostClock(torch.cuda.synchronize)),
+                     "pinned host->device 256 MiB", host_clock),
         "d2h": _rate(lambda: pinned.copy_(dev_buf, non_blocking=True), host_n * 4, policy,
-                     "device->pinned host 256 MiB", HostClock(torch.cuda.synchronize)),
+                     "device->pinned host 256 MiB", host_clock),
     }, config.trials)
 
 

@@ -26,6 +26,7 @@ def timer_identities() -> dict[str, Any]:
     """The objects every timing goes through; a kernel that swaps one of them is cheating."""
     import time
 
+    import strata.hardware.devices as devices
     import strata.measure.timer as timer
 
     found: dict[str, Any] = {
@@ -34,10 +35,14 @@ def timer_identities() -> dict[str, Any]:
         "timer.time_calls": timer.time_calls, "timer.time_once": timer.time_once,
         "timer.HostClock.measure": timer.HostClock.measure,
         "timer.CudaEventClock.measure": timer.CudaEventClock.measure,
+        # the device runtime's sync, as the timer holds it and as devices.py exports it
+        "timer.sync": timer.sync, "devices.sync": devices.sync,
     }
     try:
         import torch
 
+        # read, never called (the one device sync is hardware/devices.py's): what the runtime
+        # calls underneath, so a kernel that swaps it is caught too
         found["torch.cuda.synchronize"] = torch.cuda.synchronize
         found["torch.cuda.Event"] = torch.cuda.Event
     except ImportError:

@@ -31,8 +31,8 @@ def load(path: str | Path, device: str = "cpu", n_ctx: int = DEFAULT_CTX,
 
     from strata.backends.torch_device import resolve_device
     from strata.engine.ops_lab import LabOps
+    from strata.hardware.threads import set_threads
     from strata.lab.model import LabModel
-    from strata.lab.threads import set_threads
     from strata.lab.weights import read_weights
     from strata.paths import default_db_path
     from strata.store import open_db

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from strata.hardware.devices import sync
 from strata.measure.stats import Summary, summarize
 
 
@@ -54,7 +55,7 @@ class CudaEventClock:
     def measure(self, fn: Callable[[], object]) -> float:
         cuda = self.torch.cuda
         start, end = cuda.Event(enable_timing=True), cuda.Event(enable_timing=True)
-        cuda.synchronize(self.device)
+        sync(self.device)  # queued work done before the start event (the device runtime's)
         start.record()
         fn()
         end.record()

@@ -298,13 +298,16 @@ class TrainResult:
     commands: list[str] = field(default_factory=list)
 
 
-def _threads(cfg: TrainConfig, world: ddp.World) -> None:
-    """--threads, or the cores shared out between the ranks of one host."""
+def _threads(cfg: TrainConfig, world: ddp.World) -> int:
+    """Size torch's team and the lab kernels' OpenMP team (hardware/threads.py): --threads,
+    or the cores shared out between the ranks of one host, or the one default. libgomp's count
+    is per thread: set here, on the thread that runs the steps and their backward."""
     import os
 
+    from strata.hardware.threads import set_threads
+
     n = cfg.threads or (max(1, (os.cpu_count() or 1) // world.size) if world.parallel else None)
-    if n:
-        torch.set_num_threads(n)
+    return set_threads(n)
 
 
 def _prepare(cfg: TrainConfig, world: ddp.World, store: TrainRecorder | None,
