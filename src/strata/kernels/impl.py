@@ -20,6 +20,12 @@ from strata.errors import InputError
 from strata.kernels.capability import Requires
 
 SOURCES = Path(__file__).resolve().parent / "sources"
+# Headers the `c` kernels share (`strata_*.h` next to the built-in C sources): a source
+# includes one by name, `#include "strata_simd.h"`, and the compiler finds it there (-iquote,
+# dialects/c.py). Their bytes are part of each user's content hash (Implementation.headers).
+C_HEADERS = SOURCES / "c"
+SHARED_HEADER = re.compile(r"strata_\w+\.h")
+_QUOTED_INCLUDE = re.compile(r'^[ \t]*(?:#|%:)[ \t]*include[ \t]*"([^"\n]+)"', re.M)
 DECLARATION = re.compile(r"strata-kernel:\s*(?P<body>.*)$")
 HEADER_LINES = 30
 # Bump when the verification rules change: cached verdicts of older rules no longer count.
@@ -47,13 +53,23 @@ class Implementation:
     def is_baseline(self) -> bool:
         return self.origin == "baseline"
 
+    def headers(self) -> tuple[Path, ...]:
+        """The shared headers (C_HEADERS) this source includes, directly or through another
+        shared header, in name order; none for other dialects."""
+        if self.source is None or self.dialect != "c":
+            return ()
+        return included_headers(self.source.read_text("utf-8", errors="replace"))
+
     def content_hash(self) -> str:
-        """Identity of what is verified: source bytes, declaration and harness version."""
+        """Identity of what is verified: source bytes, the bytes of every shared header it
+        includes (editing one re-verifies its users), declaration and harness version."""
         h = hashlib.sha256(HARNESS_VERSION.encode())
         h.update(f"{self.op}|{self.dialect}|{self.entry}|{self.requires.describe()}|"
                  f"{','.join(self.dtypes)}".encode())
         if self.source is not None:
             h.update(self.source.read_bytes())
+            for header in self.headers():
+                h.update(b"\0" + header.name.encode() + b"\0" + header.read_bytes())
         return h.hexdigest()[:16]
 
     def to_job(self) -> dict[str, object]:
@@ -73,6 +89,27 @@ class Implementation:
                    origin=str(job.get("origin", "builtin")),
                    extra={str(k): str(v) for k, v in
                           dict(job.get("extra") or {}).items()})  # type: ignore[call-overload]
+
+
+def shared_header_names() -> frozenset[str]:
+    """Names of the shared C headers (what `#include "..."` may name in any C kernel)."""
+    return frozenset(p.name for p in C_HEADERS.glob("strata_*.h")
+                     if SHARED_HEADER.fullmatch(p.name))
+
+
+def included_headers(text: str) -> tuple[Path, ...]:
+    """Shared headers a C text includes by name, transitively (a header may include
+    another), as paths under C_HEADERS in name order. Other includes are not ours: the
+    system's headers, or names the static check refuses for an external kernel."""
+    names = shared_header_names()
+    found: dict[str, Path] = {}
+    todo = [text]
+    while todo:
+        for name in _QUOTED_INCLUDE.findall(todo.pop()):
+            if name in names and name not in found:
+                found[name] = C_HEADERS / name
+                todo.append(found[name].read_text("utf-8", errors="replace"))
+    return tuple(found[n] for n in sorted(found))
 
 
 def parse_declaration(path: Path) -> dict[str, str]:

@@ -418,18 +418,95 @@ def _include_lines(text: str) -> str:
                      re.sub(r"/\*.*?\*/", "", text, flags=re.S).splitlines())
 
 
-def check_c_source(text: str, allow_asm: bool = False) -> list[str]:
-    found = check_c(text, allow_asm)
-    for pattern, why in _C_RULES[:2]:
-        for m in re.finditer(pattern, _include_lines(text)):
-            msg = f"— {why}"
-            if not any(msg in f for f in found):
-                found.append(f"{m.group(0).strip()[:60]} {msg}")
+# What a kernel may include: the system's and the toolchain's headers by <name> (resolved
+# in the compiler's own folders: no absolute path, no ".."), and strata's shared headers by
+# "name" (kernels/sources/c/strata_*.h, found with -iquote: dialects/c.py). Anything else
+# would compile some other file into the kernel, or show its bytes in a compiler error.
+_DIRECTIVE = re.compile(r"^[ \t]*(?:#|%:)[ \t]*(\w+)[ \t]*(.*)$", re.M)
+_FILE_DIRECTIVES = {"include_next", "import", "embed"}  # and `include`, judged by operand
+_HAS_INCLUDE = re.compile(r"\b(__has_include(?:_next)?)\s*\(\s*(.?)")
+_PARENT = re.compile(r"(?:^|[/\\])\.\.(?:[/\\]|$)")
+
+
+def _preprocessor_view(text: str) -> str:
+    """The text as the preprocessor reads directives: continued lines joined (`#inc\\`
+    + newline + `lude` is #include) and comments gone (`#/**/include` too); strings kept."""
+    joined = re.sub(r"\\[ \t]*\r?\n", "", text)
+
+    def blank(m: re.Match[str]) -> str:
+        token = m.group(0)
+        return (" " + "\n" * token.count("\n")) if token.startswith(("//", "/*")) else token
+    return _C_TOKENS.sub(blank, joined)
+
+
+def _operand_finding(operand: str, headers: frozenset[str]) -> str | None:
+    """What is wrong with an include's operand (`<name>` or `"name"`), or None."""
+    shared = ", ".join(sorted(headers)) or "none for this dialect"
+    if operand.startswith("<") and ">" in operand:
+        name = operand[1:operand.index(">")]
+        if name.startswith(("/", "\\")) or _PARENT.search(name):
+            return (f"names <{name}> — a header is named relative to the compiler's own "
+                    "folders (no absolute path, no ..)")
+        return None
+    if operand.startswith('"') and '"' in operand[1:]:
+        name = operand[1:operand.index('"', 1)]
+        if name in headers:
+            return None
+        return (f'names "{name}" — a kernel is one file: "..." names only strata\'s shared '
+                f"headers ({shared}); system headers are <name>")
+    return (f"names {operand[:40] or 'nothing'} — an include's file must be spelled out "
+            "as <name> or \"name\" (no macro)")
+
+
+def include_findings(text: str, headers: frozenset[str]) -> list[str]:
+    """Includes that reach beyond the system's headers and strata's shared ones."""
+    code = _preprocessor_view(text)
+    found: list[str] = []
+    for m in _DIRECTIVE.finditer(code):
+        directive, operand = m.group(1), m.group(2).strip()
+        line = code.count("\n", 0, m.start()) + 1
+        if directive in _FILE_DIRECTIVES:
+            found.append(f"line {line}: #{directive} — a kernel includes files with #include "
+                         "only")
+        elif directive == "include":
+            why = _operand_finding(operand, headers)
+            if why:
+                found.append(f"line {line}: #include {why}")
+        elif directive == "pragma" and re.match(r"GCC\s+dependency\b", operand):
+            found.append(f"line {line}: #pragma GCC dependency — it reads another file")
+    for m in _HAS_INCLUDE.finditer(code):
+        line = code.count("\n", 0, m.start()) + 1
+        rest = code[m.start(2):m.start(2) + 300].split(")")[0].strip()
+        why = "it looks past the current include folder" if m.group(1).endswith("_next") \
+            else _operand_finding(rest, headers)
+        if why:
+            found.append(f"line {line}: {m.group(1)} {why}")
     return found
 
 
+def check_c_source(text: str, allow_asm: bool = False,
+                   headers: frozenset[str] | None = None) -> list[str]:
+    """Findings for a C/C++ kernel; `headers`: what "..." may include (default: strata's
+    shared C headers, kernels/sources/c/strata_*.h)."""
+    if headers is None:
+        from strata.kernels.impl import shared_header_names
+
+        headers = shared_header_names()
+    found = check_c(text, allow_asm)
+    # directives also as the preprocessor reads them (`%:include`, `#inc\` + newline + `lude`)
+    directives = "\n".join("#" + m.group(1) + " " + m.group(2) for m in
+                           _DIRECTIVE.finditer(_preprocessor_view(text)))
+    for pattern, why in _C_RULES[:2]:
+        for m in re.finditer(pattern, _include_lines(text) + "\n" + directives):
+            msg = f"— {why}"
+            if not any(msg in f for f in found):
+                found.append(f"{m.group(0).strip()[:60]} {msg}")
+    return found + include_findings(text, headers)
+
+
 def check_cuda_source(text: str) -> list[str]:
-    return check_c_source(text, allow_asm=True)  # inline PTX (mma, cp.async) is CUDA's craft
+    # inline PTX (mma, cp.async) is CUDA's craft; nvcc is given no shared-header folder
+    return check_c_source(text, allow_asm=True, headers=frozenset())
 
 
 def check_source(path: Path, dialect: str, op: str) -> list[str]:

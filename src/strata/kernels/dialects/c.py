@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,10 +41,27 @@ class CKernel:
         return call
 
 
+def header_flags(impl: Any) -> tuple[str, ...]:
+    """Where `#include "strata_simd.h"` is found (the shared headers' folder, for external
+    kernels too: their private copies live elsewhere), and the shared headers' bytes as a
+    define, so the build cache (keyed by the source and the flags) rebuilds a library when
+    a header it includes changes."""
+    from strata.kernels.impl import C_HEADERS
+
+    headers = impl.headers()
+    flags: tuple[str, ...] = ("-iquote", str(C_HEADERS))
+    if headers:
+        digest = hashlib.sha256(b"".join(h.name.encode() + b"\0" + h.read_bytes()
+                                         for h in headers)).hexdigest()[:16]
+        flags += (f"-DSTRATA_HEADERS_SHA256=0x{digest}",)
+    return flags
+
+
 def build_c(impl: Any) -> Path:
     """Compile (cached) and check what the library links to, before anything loads it."""
     flags = flags_for(impl.requires.isa)
-    return checked_library(build_shared(impl.source, flags), "c", flags)
+    return checked_library(build_shared(impl.source, (*flags, *header_flags(impl))), "c",
+                           flags)
 
 
 def load_c(impl: Any, spec: Any, device: str) -> CKernel:

@@ -15,6 +15,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include "strata_attention.h"
 
 /* Below this many multiply-adds the kernel stays on one thread (~0.5 ms of serial work: a
    fork-join on shared cores can cost that much). Override with -DPAR_MIN_WORK=... */
@@ -22,89 +23,6 @@
 #define PAR_MIN_WORK ((int64_t)(1 << 21))
 #endif
 
-static inline __m256 exp256_ps(__m256 x) {
-    x = _mm256_min_ps(x, _mm256_set1_ps(88.7228390f));
-    x = _mm256_max_ps(x, _mm256_set1_ps(-104.0f));
-    __m256 fx = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693359375f), x);
-    r = _mm256_fnmadd_ps(fx, _mm256_set1_ps(-2.12194440e-4f), r);
-    __m256 y = _mm256_set1_ps(1.9875691500e-4f);
-    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.3981999507e-3f));
-    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(8.3334519073e-3f));
-    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(4.1665795894e-2f));
-    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.6666665459e-1f));
-    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(5.0000001201e-1f));
-    y = _mm256_fmadd_ps(y, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
-    __m256i n = _mm256_cvtps_epi32(fx);
-    __m256i n1 = _mm256_srai_epi32(n, 1);
-    __m256i n2 = _mm256_sub_epi32(n, n1);
-    __m256 p1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n1, _mm256_set1_epi32(127)), 23));
-    __m256 p2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n2, _mm256_set1_epi32(127)), 23));
-    return _mm256_mul_ps(_mm256_mul_ps(y, p1), p2);
-}
-
-static inline float hsum256_ps(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
-static inline float hmax256_ps(__m256 v) {
-    __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_max_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_max_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
-/* Lane mask for the last (n % 8) elements: lanes [0, rem) active. */
-static inline __m256i tailmask(int64_t rem) {
-    return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)rem),
-                              _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-}
-
-static inline __m128 hsum4x8(__m256 a0, __m256 a1, __m256 a2, __m256 a3) {
-    __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
-    return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
-}
-
-/* p[s] = q . k[s] for s < n (unscaled). */
-static void qk_scores(float *p, const float *q, const float *k, int64_t n, int64_t D) {
-    int64_t D8 = D & ~(int64_t)7;
-    __m256i dm = tailmask(D - D8);
-    int64_t s = 0;
-    for (; s + 4 <= n; s += 4) {
-        const float *k0 = k + s * D, *k1 = k0 + D, *k2 = k1 + D, *k3 = k2 + D;
-        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-        int64_t d = 0;
-        for (; d < D8; d += 8) {
-            __m256 qv = _mm256_loadu_ps(q + d);
-            a0 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k0 + d), a0);
-            a1 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k1 + d), a1);
-            a2 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k2 + d), a2);
-            a3 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k3 + d), a3);
-        }
-        if (d < D) {
-            __m256 qv = _mm256_maskload_ps(q + d, dm);
-            a0 = _mm256_fmadd_ps(qv, _mm256_maskload_ps(k0 + d, dm), a0);
-            a1 = _mm256_fmadd_ps(qv, _mm256_maskload_ps(k1 + d, dm), a1);
-            a2 = _mm256_fmadd_ps(qv, _mm256_maskload_ps(k2 + d, dm), a2);
-            a3 = _mm256_fmadd_ps(qv, _mm256_maskload_ps(k3 + d, dm), a3);
-        }
-        _mm_storeu_ps(p + s, hsum4x8(a0, a1, a2, a3));
-    }
-    for (; s < n; s++) {
-        const float *k0 = k + s * D;
-        __m256 a0 = _mm256_setzero_ps();
-        int64_t d = 0;
-        for (; d < D8; d += 8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), _mm256_loadu_ps(k0 + d), a0);
-        if (d < D) a0 = _mm256_fmadd_ps(_mm256_maskload_ps(q + d, dm), _mm256_maskload_ps(k0 + d, dm), a0);
-        p[s] = hsum256_ps(a0);
-    }
-}
-
-/* p[0..n) <- softmax(p * scale) in place. */
 /* p <- exp(p*scale - lse); ds <- p * (ds - delta), for j < n. */
 static void probs_and_ds(float *p, float *ds, int64_t n, float scale, float lse, float delta) {
     const __m256 sc = _mm256_set1_ps(scale), lv = _mm256_set1_ps(lse), dv = _mm256_set1_ps(delta);

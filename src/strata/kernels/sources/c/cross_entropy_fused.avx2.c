@@ -10,54 +10,13 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include "strata_simd.h"
 
 /* Below this many elements the kernel stays on one thread (~1 ms of serial work: a
    fork-join on shared cores can cost that much). Override with -DPAR_MIN_WORK=... */
 #ifndef PAR_MIN_WORK
 #define PAR_MIN_WORK ((int64_t)(1 << 20))
 #endif
-
-static inline __m256 exp256_ps(__m256 x) {
-    x = _mm256_min_ps(x, _mm256_set1_ps(88.7228390f));
-    x = _mm256_max_ps(x, _mm256_set1_ps(-104.0f));
-    __m256 fx = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693359375f), x);
-    r = _mm256_fnmadd_ps(fx, _mm256_set1_ps(-2.12194440e-4f), r);
-    __m256 y = _mm256_set1_ps(1.9875691500e-4f);
-    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.3981999507e-3f));
-    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(8.3334519073e-3f));
-    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(4.1665795894e-2f));
-    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.6666665459e-1f));
-    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(5.0000001201e-1f));
-    y = _mm256_fmadd_ps(y, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
-    __m256i n = _mm256_cvtps_epi32(fx);
-    __m256i n1 = _mm256_srai_epi32(n, 1);
-    __m256i n2 = _mm256_sub_epi32(n, n1);
-    __m256 p1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n1, _mm256_set1_epi32(127)), 23));
-    __m256 p2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n2, _mm256_set1_epi32(127)), 23));
-    return _mm256_mul_ps(_mm256_mul_ps(y, p1), p2);
-}
-
-static inline float hsum256_ps(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
-static inline float hmax256_ps(__m256 v) {
-    __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_max_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_max_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
-/* Lane mask for the last (n % 8) elements: lanes [0, rem) active. */
-static inline __m256i tailmask(int64_t rem) {
-    return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)rem),
-                              _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-}
 
 static float row_max(const float *x, int64_t V) {
     const __m256 ninf = _mm256_set1_ps(-INFINITY);

@@ -18,26 +18,13 @@
 #include <omp.h>
 #include <stdint.h>
 #include <string.h>
+#include "strata_simd.h"
 
 #ifndef PAR_MIN_WORK  /* multiply-adds below which a fork-join costs more than it saves */
 #define PAR_MIN_WORK ((int64_t)1 << 18)
 #endif
 #define XT 64                      /* x rows per tile */
 #define X_TILE_FLOATS (64 * 1024)  /* x tile budget: 256 KiB of L2 */
-
-static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
-
-static inline __m256i tailmask(int64_t rem) {
-    return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)rem),
-                              _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-}
-
-static inline float hsum256(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
 
 /* out[j*N + i] (+)= sum_{k in [k0, k0+kc)} x[j*K + k] * w[i*K + k] for i < R, j < X.
  * R and X are constants at every call: the loops unroll and acc stays in registers. */
@@ -68,7 +55,7 @@ static inline __attribute__((always_inline)) void tile(
     }
     for (int j = 0; j < X; j++)
         for (int i = 0; i < R; i++) {
-            const float r = hsum256(acc[j][i]);
+            const float r = hsum256_ps(acc[j][i]);
             float *o = out + j * N + i;
             *o = accumulate ? *o + r : r;
         }

@@ -28,6 +28,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include "strata_simd.h"
 
 #define QK 32
 #define BLOCK_BYTES 18
@@ -35,20 +36,6 @@
 #define RNB 2             /* weight rows per tile for B > 1 */
 #define RB 4              /* rows of x per tile (B > 1) */
 #define CHUNK_GROUPS 16   /* weight-row groups per scheduling chunk */
-
-static inline float hsum(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
-/* The fp16 scale at p, as float32 in all 8 lanes (F16C: exact, subnormals included). */
-static inline __m256 half_at(const uint8_t *p) {
-    int16_t h;
-    memcpy(&h, p, sizeof h);  /* one 16-bit load, broadcast: vpbroadcastw + vcvtph2ps */
-    return _mm256_cvtph_ps(_mm_set1_epi16(h));
-}
 
 /* Two consecutive 32-blocks of x (a pair), laid out for the weight pair they meet: the
  * first 16 values of block 2p | of block 2p+1 (lo), the last 16 of each (hi), the blocks'
@@ -157,7 +144,7 @@ static inline __attribute__((always_inline)) void tile(float *out, int64_t ldo,
     if (full < npairs)
         pair_step(acc, w + 2 * full * BLOCK_BYTES, row_bytes, x + full, npairs, nr, nb, 0);
     for (int r = 0; r < nr; r++)
-        for (int b = 0; b < nb; b++) out[b * ldo + r] = hsum(acc[r][b]);
+        for (int b = 0; b < nb; b++) out[b * ldo + r] = hsum256_ps(acc[r][b]);
 }
 
 void strata_linear_q4_0(float *out, const float *x, const uint8_t *w,

@@ -29,6 +29,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include "strata_simd.h"
 
 #define QK 32
 #define BLOCK_BYTES 34
@@ -40,20 +41,6 @@
                              measured slower, 96 no faster) */
 #define XSTACK_BLOCKS 512 /* B = 1 with K <= 16384: x quantised on each thread's stack */
 #define CHUNK_BYTES 65536 /* B = 1: weight bytes per scheduling chunk (long sequential runs) */
-
-static inline float hsum(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
-/* The fp16 scale at p, as float32 in all 8 lanes (F16C: exact, subnormals included). */
-static inline __m256 half_at(const uint8_t *p) {
-    int16_t h;
-    memcpy(&h, p, sizeof h);  /* one 16-bit load, broadcast: vpbroadcastw + vcvtph2ps */
-    return _mm256_cvtph_ps(_mm_set1_epi16(h));
-}
 
 /* One 32-block of x -> 32 int8 at q (32-byte aligned) and the fp16-rounded scale. */
 static inline void quantize_block(const float *x, int8_t *q, float *d) {
@@ -113,7 +100,7 @@ static inline __attribute__((always_inline)) void tile(float *out, int64_t ldo,
         }
     }
     for (int r = 0; r < nr; r++)
-        for (int b = 0; b < nb; b++) out[b * ldo + r] = hsum(acc[r][b]);
+        for (int b = 0; b < nb; b++) out[b * ldo + r] = hsum256_ps(acc[r][b]);
 }
 
 /* B = 1: one weight row against x. Unlike tile() this takes one row at a time: at decode
@@ -137,7 +124,7 @@ static inline float row_dot(const uint8_t *p, const int8_t *qx, const float *dx,
         const __m256 s = _mm256_cvtepi32_ps(_mm256_madd_epi16(prod, ones));
         acc = _mm256_fmadd_ps(s, _mm256_mul_ps(half_at(p), _mm256_broadcast_ss(dx + blk)), acc);
     }
-    return hsum(acc);
+    return hsum256_ps(acc);
 }
 
 /* B = 1 with K <= XSTACK_BLOCKS * 32 (decode): the call is short (20 us for 576 x 576), so

@@ -26,6 +26,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include "strata_simd.h"
 
 #define MR 6            /* micro-kernel rows: 6 x 2 accumulators + 2 b + 1 a = 15 ymm */
 #define NR 16           /* micro-kernel columns: two ymm vectors */
@@ -34,7 +35,6 @@
 #define MAX_SLAB 1024   /* widest column slab per work item: 256 x 1024 x 4 B = 1 MiB of b */
 #define SKINNY_M 8      /* up to this many rows, stream b instead of packing */
 
-static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 static inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 /* ---------------------------------------------------------------- packing */

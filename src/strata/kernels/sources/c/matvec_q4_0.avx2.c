@@ -20,24 +20,12 @@
 #include <immintrin.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include "strata_simd.h"
 
 #define QK 32
 #define BLOCK_BYTES 18
 #define ROWS 4            /* rows per group: 4 accumulators, x loads shared by 4 rows */
 #define CHUNK_GROUPS 16   /* row groups per scheduling chunk: ~140 KiB of weights at K=4096 */
-
-static inline float hsum(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
-/* The block's fp16 scale, converted and broadcast to all 8 lanes. */
-static inline __m256 block_scale(const uint8_t *blk) {
-    const uint16_t h = (uint16_t)(blk[0] | (blk[1] << 8));
-    return _mm256_cvtph_ps(_mm_set1_epi16((short)h));
-}
 
 /* neg_xsum[blk] = -(sum of the 32 x values of block blk) */
 static void block_neg_sums(float *neg_xsum, const float *x, int64_t nblocks) {
@@ -46,7 +34,7 @@ static void block_neg_sums(float *neg_xsum, const float *x, int64_t nblocks) {
         __m256 s = _mm256_add_ps(_mm256_add_ps(_mm256_loadu_ps(xb), _mm256_loadu_ps(xb + 8)),
                                  _mm256_add_ps(_mm256_loadu_ps(xb + 16),
                                                _mm256_loadu_ps(xb + 24)));
-        neg_xsum[blk] = -hsum(s);
+        neg_xsum[blk] = -hsum256_ps(s);
     }
 }
 
@@ -77,10 +65,10 @@ static inline __attribute__((always_inline)) void dot_rows(float *out, const uin
             s = _mm256_fmadd_ps(q1, x1, s);
             s = _mm256_fmadd_ps(q2, x2, s);
             s = _mm256_fmadd_ps(q3, x3, s);
-            acc[r] = _mm256_fmadd_ps(block_scale(p - 2), s, acc[r]);
+            acc[r] = _mm256_fmadd_ps(half_at(p - 2), s, acc[r]);
         }
     }
-    for (int r = 0; r < nrows; r++) out[r] = hsum(acc[r]);
+    for (int r = 0; r < nrows; r++) out[r] = hsum256_ps(acc[r]);
 }
 
 void strata_matvec_q4_0(float *out, const uint8_t *w, const float *x,

@@ -8,33 +8,10 @@
  */
 #include <stdint.h>
 #include <string.h>
+#include "strata_half.h"
 
 #define QK 32
 #define BLOCK_BYTES 18
-
-/* IEEE binary16 -> binary32 by bit manipulation, exact for every input including
- * subnormals (renormalised), infinities and NaNs. */
-static float half_to_float(uint16_t h) {
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-    uint32_t exp = (h >> 10) & 0x1Fu;
-    uint32_t mant = h & 0x3FFu;
-    uint32_t bits;
-    if (exp == 0x1Fu) {
-        bits = sign | 0x7F800000u | (mant << 13);
-    } else if (exp != 0) {
-        bits = sign | ((exp + 112u) << 23) | (mant << 13);  /* rebias 15 -> 127 */
-    } else if (mant == 0) {
-        bits = sign;
-    } else {
-        /* subnormal: value = mant * 2^-24; shift the leading 1 up to the implicit bit */
-        uint32_t e = 113u;  /* biased exponent of 2^-14, the scale of a normalised mant */
-        while (!(mant & 0x400u)) { mant <<= 1; e--; }
-        bits = sign | (e << 23) | ((mant & 0x3FFu) << 13);
-    }
-    float f;
-    memcpy(&f, &bits, sizeof f);
-    return f;
-}
 
 static float row_dot(const uint8_t *row, const float *x, int64_t nblocks) {
     float sum = 0.0f;

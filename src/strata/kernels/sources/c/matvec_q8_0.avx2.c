@@ -17,24 +17,12 @@
  */
 #include <immintrin.h>
 #include <stdint.h>
+#include "strata_simd.h"
 
 #define QK 32
 #define BLOCK_BYTES 34
 #define ROWS 4            /* rows per group: 4 accumulators, x loads shared by 4 rows */
 #define CHUNK_GROUPS 8    /* row groups per scheduling chunk: ~140 KiB of weights at K=4096 */
-
-static inline float hsum(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
-/* The block's fp16 scale, converted and broadcast to all 8 lanes. */
-static inline __m256 block_scale(const uint8_t *blk) {
-    const uint16_t h = (uint16_t)(blk[0] | (blk[1] << 8));
-    return _mm256_cvtph_ps(_mm_set1_epi16((short)h));
-}
 
 /* 8 int8 from memory -> 8 fp32 */
 static inline __m256 int8x8_to_ps(const uint8_t *q) {
@@ -58,10 +46,10 @@ static inline __attribute__((always_inline)) void dot_rows(float *out, const uin
             s = _mm256_fmadd_ps(int8x8_to_ps(p + 10), x1, s);
             s = _mm256_fmadd_ps(int8x8_to_ps(p + 18), x2, s);
             s = _mm256_fmadd_ps(int8x8_to_ps(p + 26), x3, s);
-            acc[r] = _mm256_fmadd_ps(block_scale(p), s, acc[r]);
+            acc[r] = _mm256_fmadd_ps(half_at(p), s, acc[r]);
         }
     }
-    for (int r = 0; r < nrows; r++) out[r] = hsum(acc[r]);
+    for (int r = 0; r < nrows; r++) out[r] = hsum256_ps(acc[r]);
 }
 
 void strata_matvec_q8_0(float *out, const uint8_t *w, const float *x,

@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include "strata_simd.h"
 
 /* Below this much work (elements) the kernel stays on one thread: a fork-join costs
    microseconds on a quiet machine and milliseconds when the cores are shared, so only
@@ -20,19 +21,6 @@
 #endif
 #define MIN_BLOCK_ROWS 32   /* rows per dw partial, at least */
 #define MAX_BLOCKS 256      /* partials, at most: bounds the scratch to 256 rows of floats */
-
-static inline float hsum256_ps(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
-/* Lane mask for the last (n % 8) elements: lanes [0, rem) active. */
-static inline __m256i tailmask(int64_t rem) {
-    return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)rem),
-                              _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-}
 
 /* dx of one row; adds dy*x*r into the block partial p. */
 static void row_backward(float *dx, float *p, const float *x, const float *w, const float *dy,

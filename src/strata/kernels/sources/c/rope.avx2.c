@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include "strata_simd.h"
 
 /* Below this much work (elements, or multiply-adds for attention) the kernel stays on one
    thread: a fork-join costs microseconds on a quiet machine and milliseconds when the cores
@@ -13,26 +14,6 @@
 #ifndef PAR_MIN_WORK
 #define PAR_MIN_WORK ((int64_t)(1 << 22))
 #endif
-
-static inline float hsum256_ps(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
-static inline float hmax256_ps(__m256 v) {
-    __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_max_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_max_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
-/* Lane mask for the last (n % 8) elements: lanes [0, rem) active. */
-static inline __m256i tailmask(int64_t rem) {
-    return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)rem),
-                              _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-}
 
 static void rope_row(float *o, const float *x, const float *c, const float *s, int64_t half) {
     int64_t i = 0;

@@ -4,6 +4,7 @@
 // only for large work. Odd D (not meaningful for RoPE) passes the last element through.
 #include <immintrin.h>
 #include <stdint.h>
+#include "strata_simd.h"
 
 /* Below this many elements the kernel stays on one thread: a fork-join costs microseconds
    on a quiet machine and milliseconds when the cores are shared, so only ~1 ms+ of serial
@@ -11,12 +12,6 @@
 #ifndef PAR_MIN_WORK
 #define PAR_MIN_WORK ((int64_t)(1 << 22))
 #endif
-
-/* Lane mask for the last (n % 8) elements: lanes [0, rem) active. */
-static inline __m256i tailmask(int64_t rem) {
-    return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)rem),
-                              _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-}
 
 static void unrope_row(float *o, const float *g, const float *c, const float *s, int64_t half) {
     int64_t i = 0;

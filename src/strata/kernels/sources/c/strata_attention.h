@@ -1,0 +1,227 @@
+/* strata_attention.h: the attention building blocks the built-in `c` attention kernels
+ * share (attention, attention_lse, attention_backward: q.k scores and P.V rows; decode_attention
+ * and attention_cached: the flash-decoding quad). Hashed with each user like strata_simd.h.
+ * The functions are `static` (not inline: the compiler decides, as it did when each kernel
+ * held its own copy); a kernel that leaves one unused gets no code for it. */
+#ifndef STRATA_ATTENTION_H
+#define STRATA_ATTENTION_H
+
+#include <math.h>
+#include "strata_simd.h"
+
+#define STRATA_UNUSED __attribute__((unused))
+
+/* p[s] = q . k[s] for s < n (unscaled). */
+static STRATA_UNUSED void qk_scores(float *p, const float *q, const float *k, int64_t n, int64_t D) {
+    int64_t D8 = D & ~(int64_t)7;
+    __m256i dm = tailmask(D - D8);
+    int64_t s = 0;
+    for (; s + 4 <= n; s += 4) {
+        const float *k0 = k + s * D, *k1 = k0 + D, *k2 = k1 + D, *k3 = k2 + D;
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        int64_t d = 0;
+        for (; d < D8; d += 8) {
+            __m256 qv = _mm256_loadu_ps(q + d);
+            a0 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k0 + d), a0);
+            a1 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k1 + d), a1);
+            a2 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k2 + d), a2);
+            a3 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k3 + d), a3);
+        }
+        if (d < D) {
+            __m256 qv = _mm256_maskload_ps(q + d, dm);
+            a0 = _mm256_fmadd_ps(qv, _mm256_maskload_ps(k0 + d, dm), a0);
+            a1 = _mm256_fmadd_ps(qv, _mm256_maskload_ps(k1 + d, dm), a1);
+            a2 = _mm256_fmadd_ps(qv, _mm256_maskload_ps(k2 + d, dm), a2);
+            a3 = _mm256_fmadd_ps(qv, _mm256_maskload_ps(k3 + d, dm), a3);
+        }
+        _mm_storeu_ps(p + s, hsum4x8(a0, a1, a2, a3));
+    }
+    for (; s < n; s++) {
+        const float *k0 = k + s * D;
+        __m256 a0 = _mm256_setzero_ps();
+        int64_t d = 0;
+        for (; d < D8; d += 8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), _mm256_loadu_ps(k0 + d), a0);
+        if (d < D) a0 = _mm256_fmadd_ps(_mm256_maskload_ps(q + d, dm), _mm256_maskload_ps(k0 + d, dm), a0);
+        p[s] = hsum256_ps(a0);
+    }
+}
+
+/* o[0..D) = sum_s p[s] v[s]. */
+static STRATA_UNUSED void pv_accum(float *o, const float *p, const float *v, int64_t n, int64_t D) {
+    int64_t d = 0;
+    for (; d + 32 <= D; d += 32) {
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        for (int64_t s = 0; s < n; s++) {
+            const float *vr = v + s * D + d;
+            __m256 pv = _mm256_broadcast_ss(p + s);
+            a0 = _mm256_fmadd_ps(pv, _mm256_loadu_ps(vr), a0);
+            a1 = _mm256_fmadd_ps(pv, _mm256_loadu_ps(vr + 8), a1);
+            a2 = _mm256_fmadd_ps(pv, _mm256_loadu_ps(vr + 16), a2);
+            a3 = _mm256_fmadd_ps(pv, _mm256_loadu_ps(vr + 24), a3);
+        }
+        _mm256_storeu_ps(o + d, a0);
+        _mm256_storeu_ps(o + d + 8, a1);
+        _mm256_storeu_ps(o + d + 16, a2);
+        _mm256_storeu_ps(o + d + 24, a3);
+    }
+    for (; d + 8 <= D; d += 8) {
+        __m256 a0 = _mm256_setzero_ps();
+        for (int64_t s = 0; s < n; s++)
+            a0 = _mm256_fmadd_ps(_mm256_broadcast_ss(p + s), _mm256_loadu_ps(v + s * D + d), a0);
+        _mm256_storeu_ps(o + d, a0);
+    }
+    if (d < D) {
+        __m256i dm = tailmask(D - d);
+        __m256 a0 = _mm256_setzero_ps();
+        for (int64_t s = 0; s < n; s++)
+            a0 = _mm256_fmadd_ps(_mm256_broadcast_ss(p + s), _mm256_maskload_ps(v + s * D + d, dm), a0);
+        _mm256_maskstore_ps(o + d, dm, a0);
+    }
+}
+
+#define DEC_BS 32  /* keys per online-softmax block of decode_quad */
+
+/* One work item: queries q0..q3 (may repeat for padding) against one kv head.
+   acc is scratch [4][D]; results for the first nq queries go to o[j]. */
+static STRATA_UNUSED void decode_quad(float *const o[4], const float *const qp[4], const float *kh,
+                        const float *vh, int64_t S, int64_t D, float scale, int nq, float *acc) {
+    float sc[DEC_BS * 4] __attribute__((aligned(32)));  /* layout [s][j] */
+    const int64_t D8 = D & ~(int64_t)7;
+    const __m256i dm = tailmask(D - D8);
+    const __m128 scv = _mm_set1_ps(scale);
+    __m128 mrun = _mm_set1_ps(-INFINITY), lrun = _mm_setzero_ps();
+    for (int64_t i = 0; i < 4 * D; i++) acc[i] = 0.0f;
+    const float *q0 = qp[0], *q1 = qp[1], *q2 = qp[2], *q3 = qp[3];
+
+    for (int64_t s0 = 0; s0 < S; s0 += DEC_BS) {
+        int64_t n = S - s0 < DEC_BS ? S - s0 : DEC_BS;
+        const float *kb = kh + s0 * D, *vb = vh + s0 * D;
+        /* scores for this block */
+        int64_t s = 0;
+        for (; s + 2 <= n; s += 2) {
+            const float *ka = kb + s * D, *kc = ka + D;
+            __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+            __m256 b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+            int64_t d = 0;
+            for (; d < D8; d += 8) {
+                __m256 x = _mm256_loadu_ps(ka + d), y = _mm256_loadu_ps(kc + d);
+                __m256 v0 = _mm256_loadu_ps(q0 + d), v1 = _mm256_loadu_ps(q1 + d);
+                a0 = _mm256_fmadd_ps(v0, x, a0); b0 = _mm256_fmadd_ps(v0, y, b0);
+                a1 = _mm256_fmadd_ps(v1, x, a1); b1 = _mm256_fmadd_ps(v1, y, b1);
+                __m256 v2 = _mm256_loadu_ps(q2 + d), v3 = _mm256_loadu_ps(q3 + d);
+                a2 = _mm256_fmadd_ps(v2, x, a2); b2 = _mm256_fmadd_ps(v2, y, b2);
+                a3 = _mm256_fmadd_ps(v3, x, a3); b3 = _mm256_fmadd_ps(v3, y, b3);
+            }
+            if (d < D) {
+                __m256 x = _mm256_maskload_ps(ka + d, dm), y = _mm256_maskload_ps(kc + d, dm);
+                __m256 v0 = _mm256_maskload_ps(q0 + d, dm), v1 = _mm256_maskload_ps(q1 + d, dm);
+                a0 = _mm256_fmadd_ps(v0, x, a0); b0 = _mm256_fmadd_ps(v0, y, b0);
+                a1 = _mm256_fmadd_ps(v1, x, a1); b1 = _mm256_fmadd_ps(v1, y, b1);
+                __m256 v2 = _mm256_maskload_ps(q2 + d, dm), v3 = _mm256_maskload_ps(q3 + d, dm);
+                a2 = _mm256_fmadd_ps(v2, x, a2); b2 = _mm256_fmadd_ps(v2, y, b2);
+                a3 = _mm256_fmadd_ps(v3, x, a3); b3 = _mm256_fmadd_ps(v3, y, b3);
+            }
+            _mm_store_ps(sc + s * 4, _mm_mul_ps(hsum4x8(a0, a1, a2, a3), scv));
+            _mm_store_ps(sc + s * 4 + 4, _mm_mul_ps(hsum4x8(b0, b1, b2, b3), scv));
+        }
+        if (s < n) {
+            const float *ka = kb + s * D;
+            __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+            int64_t d = 0;
+            for (; d < D8; d += 8) {
+                __m256 x = _mm256_loadu_ps(ka + d);
+                a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q0 + d), x, a0);
+                a1 = _mm256_fmadd_ps(_mm256_loadu_ps(q1 + d), x, a1);
+                a2 = _mm256_fmadd_ps(_mm256_loadu_ps(q2 + d), x, a2);
+                a3 = _mm256_fmadd_ps(_mm256_loadu_ps(q3 + d), x, a3);
+            }
+            if (d < D) {
+                __m256 x = _mm256_maskload_ps(ka + d, dm);
+                a0 = _mm256_fmadd_ps(_mm256_maskload_ps(q0 + d, dm), x, a0);
+                a1 = _mm256_fmadd_ps(_mm256_maskload_ps(q1 + d, dm), x, a1);
+                a2 = _mm256_fmadd_ps(_mm256_maskload_ps(q2 + d, dm), x, a2);
+                a3 = _mm256_fmadd_ps(_mm256_maskload_ps(q3 + d, dm), x, a3);
+            }
+            _mm_store_ps(sc + s * 4, _mm_mul_ps(hsum4x8(a0, a1, a2, a3), scv));
+        }
+        /* block max per query (layout [s][j]: lane j%4 is query j) */
+        __m128 bm = _mm_load_ps(sc);
+        for (s = 1; s < n; s++) bm = _mm_max_ps(bm, _mm_load_ps(sc + s * 4));
+        __m128 mnew = _mm_max_ps(mrun, bm);
+        /* alpha = exp(mrun - mnew); first block: exp(-inf) -> 0 via the exp clamp */
+        __m128 alpha = _mm256_castps256_ps128(exp256_ps(_mm256_castps128_ps256(_mm_sub_ps(mrun, mnew))));
+        mrun = mnew;
+        __m256 mv = _mm256_set_m128(mnew, mnew);
+        __m256 sum = _mm256_setzero_ps();
+        for (s = 0; s + 2 <= n; s += 2) {
+            __m256 e = exp256_ps(_mm256_sub_ps(_mm256_load_ps(sc + s * 4), mv));
+            _mm256_store_ps(sc + s * 4, e);
+            sum = _mm256_add_ps(sum, e);
+        }
+        __m128 bsum = _mm_add_ps(_mm256_castps256_ps128(sum), _mm256_extractf128_ps(sum, 1));
+        if (s < n) {
+            __m128 e = _mm256_castps256_ps128(exp256_ps(_mm256_castps128_ps256(_mm_sub_ps(_mm_load_ps(sc + s * 4), mnew))));
+            _mm_store_ps(sc + s * 4, e);
+            bsum = _mm_add_ps(bsum, e);
+        }
+        lrun = _mm_add_ps(_mm_mul_ps(lrun, alpha), bsum);
+        float al[4];
+        _mm_storeu_ps(al, alpha);
+        const __m256 al0 = _mm256_set1_ps(al[0]), al1 = _mm256_set1_ps(al[1]);
+        const __m256 al2 = _mm256_set1_ps(al[2]), al3 = _mm256_set1_ps(al[3]);
+        float *c0 = acc, *c1 = acc + D, *c2 = acc + 2 * D, *c3 = acc + 3 * D;
+        /* P.V over this block, 16-wide D slices held in registers */
+        int64_t d = 0;
+        for (; d + 16 <= D; d += 16) {
+            __m256 x0 = _mm256_mul_ps(_mm256_loadu_ps(c0 + d), al0), y0 = _mm256_mul_ps(_mm256_loadu_ps(c0 + d + 8), al0);
+            __m256 x1 = _mm256_mul_ps(_mm256_loadu_ps(c1 + d), al1), y1 = _mm256_mul_ps(_mm256_loadu_ps(c1 + d + 8), al1);
+            __m256 x2 = _mm256_mul_ps(_mm256_loadu_ps(c2 + d), al2), y2 = _mm256_mul_ps(_mm256_loadu_ps(c2 + d + 8), al2);
+            __m256 x3 = _mm256_mul_ps(_mm256_loadu_ps(c3 + d), al3), y3 = _mm256_mul_ps(_mm256_loadu_ps(c3 + d + 8), al3);
+            for (s = 0; s < n; s++) {
+                const float *vr = vb + s * D + d;
+                __m256 va = _mm256_loadu_ps(vr), vc = _mm256_loadu_ps(vr + 8);
+                const float *ps = sc + s * 4;
+                __m256 p0 = _mm256_broadcast_ss(ps), p1 = _mm256_broadcast_ss(ps + 1);
+                x0 = _mm256_fmadd_ps(p0, va, x0); y0 = _mm256_fmadd_ps(p0, vc, y0);
+                x1 = _mm256_fmadd_ps(p1, va, x1); y1 = _mm256_fmadd_ps(p1, vc, y1);
+                __m256 p2 = _mm256_broadcast_ss(ps + 2), p3 = _mm256_broadcast_ss(ps + 3);
+                x2 = _mm256_fmadd_ps(p2, va, x2); y2 = _mm256_fmadd_ps(p2, vc, y2);
+                x3 = _mm256_fmadd_ps(p3, va, x3); y3 = _mm256_fmadd_ps(p3, vc, y3);
+            }
+            _mm256_storeu_ps(c0 + d, x0); _mm256_storeu_ps(c0 + d + 8, y0);
+            _mm256_storeu_ps(c1 + d, x1); _mm256_storeu_ps(c1 + d + 8, y1);
+            _mm256_storeu_ps(c2 + d, x2); _mm256_storeu_ps(c2 + d + 8, y2);
+            _mm256_storeu_ps(c3 + d, x3); _mm256_storeu_ps(c3 + d + 8, y3);
+        }
+        for (; d < D; d += 8) {
+            __m256i m = tailmask(D - d < 8 ? D - d : 8);
+            __m256 x0 = _mm256_mul_ps(_mm256_maskload_ps(c0 + d, m), al0);
+            __m256 x1 = _mm256_mul_ps(_mm256_maskload_ps(c1 + d, m), al1);
+            __m256 x2 = _mm256_mul_ps(_mm256_maskload_ps(c2 + d, m), al2);
+            __m256 x3 = _mm256_mul_ps(_mm256_maskload_ps(c3 + d, m), al3);
+            for (s = 0; s < n; s++) {
+                __m256 va = _mm256_maskload_ps(vb + s * D + d, m);
+                const float *ps = sc + s * 4;
+                x0 = _mm256_fmadd_ps(_mm256_broadcast_ss(ps), va, x0);
+                x1 = _mm256_fmadd_ps(_mm256_broadcast_ss(ps + 1), va, x1);
+                x2 = _mm256_fmadd_ps(_mm256_broadcast_ss(ps + 2), va, x2);
+                x3 = _mm256_fmadd_ps(_mm256_broadcast_ss(ps + 3), va, x3);
+            }
+            _mm256_maskstore_ps(c0 + d, m, x0);
+            _mm256_maskstore_ps(c1 + d, m, x1);
+            _mm256_maskstore_ps(c2 + d, m, x2);
+            _mm256_maskstore_ps(c3 + d, m, x3);
+        }
+    }
+    float l[4];
+    _mm_storeu_ps(l, lrun);
+    for (int j = 0; j < nq; j++) {
+        const __m256 inv = _mm256_set1_ps(1.0f / l[j]);
+        const float *cj = acc + j * D;
+        int64_t d = 0;
+        for (; d < D8; d += 8) _mm256_storeu_ps(o[j] + d, _mm256_mul_ps(_mm256_loadu_ps(cj + d), inv));
+        if (d < D) _mm256_maskstore_ps(o[j] + d, dm, _mm256_mul_ps(_mm256_maskload_ps(cj + d, dm), inv));
+    }
+}
+
+#endif /* STRATA_ATTENTION_H */
