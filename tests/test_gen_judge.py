@@ -132,7 +132,7 @@ def home(tmp_path_factory: pytest.TempPathFactory):
 
 
 def _session(home: Path):
-    from strata.commands.kernels import session
+    from strata.kernels.service import session
     from strata.store import open_db
 
     return session(conn=open_db(home / "strata.db"))

@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from strata.commands.kernels import Session
 from strata.errors import InputError
 from strata.hardware.profile import HostProfile
 from strata.host import Host
@@ -30,6 +29,7 @@ from strata.kernels.gen.prompt import (
 from strata.kernels.gen.records import STATUSES
 from strata.kernels.impl import builtin_implementations
 from strata.kernels.registry import EAGER, baselines
+from strata.kernels.service import Session
 from strata.kernels.skills import load_skill, skill_hash, write_skill_folder
 from strata.kernels.spec import get_spec
 from strata.measure.roofline import DeviceRoofline, Figure, Roofline
@@ -44,7 +44,7 @@ PROBES = Path(__file__).parent / "fixtures" / "probes"
 @pytest.fixture
 def s(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Session:
     """This host's real Session over a fresh STRATA_HOME seeded with its roofline."""
-    from strata.commands.kernels import session
+    from strata.kernels.service import session
 
     home = tmp_path / "home"
     monkeypatch.setenv("STRATA_HOME", str(home))

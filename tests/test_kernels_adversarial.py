@@ -10,10 +10,10 @@ from typing import Any
 import psutil
 import pytest
 
-from strata.commands.kernels import Session
 from strata.kernels import checks
 from strata.kernels.impl import Implementation, from_source
 from strata.kernels.sandbox import SandboxPolicy
+from strata.kernels.service import Session
 from strata.kernels.verify import SEEDS, Verdict, VerifyContext, verify
 from tests.conftest import FIXTURES, run_cli, verify_cases
 

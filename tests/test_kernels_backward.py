@@ -69,7 +69,7 @@ def test_training_shapes_follow_the_train_presets() -> None:
 
 @pytest.fixture(scope="module")
 def ctx(tmp_path_factory: pytest.TempPathFactory):
-    from strata.commands.kernels import session
+    from strata.kernels.service import session
     from strata.store import open_db
 
     home = tmp_path_factory.mktemp("kernels-bwd-home")

@@ -117,7 +117,7 @@ def _check_o_and_lse(spec, shape: dict[str, int], slot) -> None:
 
 @pytest.fixture(scope="module")
 def ctx(tmp_path_factory: pytest.TempPathFactory):
-    from strata.commands.kernels import session
+    from strata.kernels.service import session
     from strata.store import open_db
 
     home = tmp_path_factory.mktemp("kernels-bwd-home")

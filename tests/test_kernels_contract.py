@@ -22,7 +22,7 @@ def _rmsnorm(rows: int = 4, cols: int = 64, dtype: object = None) -> tuple:
 def verified_rmsnorm(strata_home: Path):  # -> strata.kernels.Choice
     """rmsnorm dispatched to a verified C kernel (verified, not benchmarked)."""
     from strata import kernels
-    from strata.commands.kernels import run_verify, select, session
+    from strata.kernels.service import run_verify, select, session
     from strata.store import open_db
 
     strata_home.mkdir(parents=True, exist_ok=True)

@@ -16,7 +16,7 @@ pytestmark = pytest.mark.gpu
 def gpu_session(tmp_path_factory: pytest.TempPathFactory):
     import os
 
-    from strata.commands.kernels import session
+    from strata.kernels.service import session
     from strata.store import open_db
 
     home = tmp_path_factory.mktemp("kernels-gpu")
@@ -25,7 +25,7 @@ def gpu_session(tmp_path_factory: pytest.TempPathFactory):
 
 
 def test_triton_and_cuda_builtins_verify_on_the_device(gpu_session) -> None:
-    from strata.commands.kernels import run_verify
+    from strata.kernels.service import run_verify
 
     s, _ = gpu_session
     impls = [i for i in builtin_implementations() if i.dialect in ("triton", "cuda")]
@@ -50,8 +50,8 @@ def test_dispatch_on_the_device_computes_the_op(gpu_session) -> None:
 
 
 def test_bf16_matmul_bench_runs_against_cublas(gpu_session) -> None:
-    from strata.commands.kernels import run_bench
     from strata.kernels.registry import implementations
+    from strata.kernels.service import run_bench
 
     s, _ = gpu_session
     impls = [i for i in implementations("matmul") if "bfloat16" in i.dtypes]

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from strata.commands.kernels import Session
 from strata.kernels import checks, confine, plausibility
 from strata.kernels.dispatch import resolve, speed_of
 from strata.kernels.impl import from_source
+from strata.kernels.service import Session
 from strata.kernels.verify import Verdict, VerifyContext, verify_many
 from strata.store.kernels import KernelResult
 from tests.conftest import FIXTURES
@@ -53,7 +53,7 @@ def _escaped() -> list[str]:
 @pytest.fixture(scope="module")
 def judged(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Verdict]:
     """Every runtime cheat verified once (two sandboxes at a time), static checks off."""
-    from strata.commands.kernels import session
+    from strata.kernels.service import session
     from strata.store import open_db
 
     for leftover in _escaped():

@@ -106,7 +106,7 @@ def verified(tmp_path_factory: pytest.TempPathFactory):
     kernel that is wrong, or a CUDA source that does not compile, fails the suite)."""
     import os
 
-    from strata.commands.kernels import run_verify, session
+    from strata.kernels.service import run_verify, session
     from strata.store import open_db
 
     home = tmp_path_factory.mktemp("kernels-home")
@@ -150,7 +150,7 @@ def test_verdicts_are_cached_per_source_hash(verified, tmp_path: Path) -> None:
 
 
 def test_dispatch_on_this_cpu_uses_bench_results(verified) -> None:
-    from strata.commands.kernels import run_bench
+    from strata.kernels.service import run_bench
 
     s, _, _ = verified
     impls = [i for i in builtin_implementations() if i.op == "silu_mul"]

@@ -100,7 +100,7 @@ def test_attention_cached_by_hand() -> None:
     np.testing.assert_allclose(ref.numpy(), want, rtol=1e-12, atol=1e-12)
     eager = spec.vendor()(tq, tk, tv, pos, scale=1.0)
     np.testing.assert_allclose(eager.numpy(), want, rtol=1e-5, atol=1e-6)
-    from strata.commands.kernels import session
+    from strata.kernels.service import session
 
     caps = session().caps
     for impl in builtin_implementations():
@@ -122,7 +122,7 @@ C_DIR = Path(__file__).parent.parent / "src/strata/kernels/sources/c"
 def ctx(tmp_path_factory: pytest.TempPathFactory):
     import os
 
-    from strata.commands.kernels import session
+    from strata.kernels.service import session
     from strata.kernels.verify import VerifyContext
     from strata.store import open_db
 

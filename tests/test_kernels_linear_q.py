@@ -159,7 +159,7 @@ def test_c_kernels_give_the_hand_computed_result(kind: str, variant: str) -> Non
 
 @pytest.fixture(scope="module")
 def ctx(tmp_path_factory: pytest.TempPathFactory):
-    from strata.commands.kernels import session
+    from strata.kernels.service import session
     from strata.store import open_db
 
     home = tmp_path_factory.mktemp("kernels-linq-home")

@@ -57,7 +57,7 @@ def _external(name: str) -> Implementation:
 
 @pytest.fixture(scope="module")
 def judged(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Verdict]:
-    from strata.commands.kernels import session
+    from strata.kernels.service import session
     from strata.store import open_db
 
     for leftover in glob.glob(ESCAPES):

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from strata.commands.kernels import Session, add_external, list_records, register_external
 from strata.kernels.bench import WRONG_AT_SHAPE
 from strata.kernels.dispatch import FALLBACK, KERNEL, VENDOR, Decision, coverage_of, resolve
 from strata.kernels.impl import Implementation
 from strata.kernels.plausibility import NOISY_BASELINE
 from strata.kernels.registry import find
+from strata.kernels.service import Session, add_external, list_records, register_external
 from strata.kernels.spec import get_spec
 from strata.store.kernels import (
     KernelResult,
@@ -260,7 +260,7 @@ def test_trust_refuses_a_built_in_or_unknown_name(strata_home: Path, name: str,
 
 
 def test_remove_drops_the_trust(kernel_session: Session, tmp_path: Path) -> None:
-    from strata.commands.kernels import remove_kernel, trust_kernel
+    from strata.kernels.service import remove_kernel, trust_kernel
 
     s = kernel_session
     ext = _external(s, tmp_path)

@@ -237,7 +237,7 @@ def test_fit_rules_weights_as_stored_kv_float32_whole_on_a_gpu(strata_home: Path
 
 
 def test_fit_lab_prints_the_coverage_table_piped_at_80_columns(tmp_path: Path) -> None:
-    from strata.commands.kernels import session
+    from strata.kernels.service import session
     from strata.lab.plan import fit_sections
     from strata.views.fit import section_table
 

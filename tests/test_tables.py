@@ -209,8 +209,8 @@ def test_fit_table_piped(home: Path) -> None:
 
 
 def test_kernels_tables_piped(home: Path) -> None:
-    from strata.commands.kernels import list_records, session
     from strata.kernels.dispatch import resolve
+    from strata.kernels.service import list_records, session
     from strata.views.kernels import bench_table, list_table, verdict_table
 
     one = ("silu_mul", "--impl", "c.avx2")

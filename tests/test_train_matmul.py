@@ -27,8 +27,8 @@ from tests.seed_host import seeded_home  # noqa: E402
 def _seed(home: Path, matmul_speedup: float | None) -> None:
     """Stored verdicts in `home`: each hot op's preferred runnable built-in passed; matmul's
     (when `matmul_speedup` is given) passed and benchmarked at that speed over torch."""
-    from strata.commands.kernels import session
     from strata.kernels.ensure import candidates
+    from strata.kernels.service import session
     from strata.store import open_db
     from strata.store.kernels import KernelResult, save_kernel_results
 

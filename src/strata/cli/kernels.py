@@ -229,7 +229,7 @@ def kernels_explain(
       strata kernels explain rmsnorm
       strata kernels explain matmul --device cuda:0 -o json
     """
-    from strata.kernels.dispatch import resolve
+    from strata.kernels import choose
     from strata.views.kernels import emit, render_decision
 
     fmt = _check_format(fmt, json_out)
@@ -237,7 +237,7 @@ def kernels_explain(
     if s.caps.device(device) is None:
         raise InputError(f"--device {device}: not on this host (it has "
                          f"{', '.join(d.key for d in s.caps.devices)})")
-    decision = resolve(op, device, s.conn, s.fingerprint, s.caps)
+    decision = choose(s.host, [op], device)[op].decision
     if fmt == "table":
         render_decision(out, decision)
     elif fmt == "json":  # the whole decision; the other formats its trace, one row each

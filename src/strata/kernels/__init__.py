@@ -232,8 +232,8 @@ def get(op: str, device: str = "cpu", db: Path | None = None) -> Choice:
     return choose(this_host(open_db(db or default_db_path())), [op], device)[op]
 
 
-def _session(db: Path | None) -> Any:  # -> strata.commands.kernels.Session
-    from strata.commands.kernels import session
+def _session(db: Path | None) -> Any:  # -> strata.kernels.service.Session
+    from strata.kernels.service import session
 
     return session(db=db)
 
@@ -243,7 +243,7 @@ def implementations(op: str | None = None, db: Path | None = None) -> list[dict[
     op, impl, dialect, requires, available (here), verified (this host's verdict or "-"),
     speedup over torch eager (geomean over shapes, with its range) and origin (builtin or
     external)."""
-    from strata.commands.kernels import list_records
+    from strata.kernels.service import list_records
 
     return list_records(_session(db), op)
 
@@ -253,7 +253,7 @@ def verify(op: str | None = None, impl: str | None = None, *, force: bool = Fals
     """`strata kernels verify`: prove implementations of `op` (or one, `impl` such as
     "c.avx2") correct in the sandbox; returns one Verdict per implementation (`.status`
     pass, fail or compiled; `.to_dict()`). Verdicts are stored and reused per source."""
-    from strata.commands.kernels import run_verify, select
+    from strata.kernels.service import run_verify, select
 
     s = _session(db)
     return run_verify(s, select(op, impl, s.conn), force=force, timeout_s=timeout_s,
@@ -264,7 +264,7 @@ def add(path: str | Path, *, timeout_s: float = 300.0, db: Path | None = None) -
     """`strata kernels add --no-bench`: static check and sandboxed verification of an
     external kernel source (its declaration line follows `abi_path()`); registered for
     dispatch only if it passes. Returns the outcome (`.registered`, `.verdict`, `.impl`)."""
-    from strata.commands.kernels import add_kernel
+    from strata.kernels.service import add_kernel
 
     return add_kernel(_session(db), Path(path), timeout_s=timeout_s, progress=lambda _m: None)
 
@@ -273,7 +273,7 @@ def remove(name: str, db: Path | None = None) -> list[Any]:
     """`strata kernels remove`: undo `add` for implementation `name` ("c.ext.my_rmsnorm" or
     "rmsnorm/c.ext.my_rmsnorm"): registration, stored results and the private copy of its
     source. InputError for a built-in kernel or a name never added."""
-    from strata.commands.kernels import remove_kernel
+    from strata.kernels.service import remove_kernel
     from strata.paths import default_db_path
     from strata.store import open_db
 
@@ -283,7 +283,7 @@ def remove(name: str, db: Path | None = None) -> list[Any]:
 def abi_path() -> Path:
     """The kernel ABI (Markdown) installed with strata: each op's inputs, output and
     parameters, each dialect's calling convention, what a kernel may link to."""
-    from strata.commands.kernels import abi_path as path
+    from strata.kernels.service import abi_path as path
 
     return path()
 

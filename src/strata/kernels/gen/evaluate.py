@@ -110,9 +110,9 @@ def replay(path: Path, conn: sqlite3.Connection, roofline: Any, *, bench: bool =
 
 def _rejudge(rec: Attempt, db: Path, roofline: Any, bench: bool, timeout_s: float,
              run: str, endpoint: str) -> Attempt:
-    from strata.commands.kernels import session
     from strata.kernels.gen.judge import judge_reply
     from strata.kernels.gen.loop import entry_symbol
+    from strata.kernels.service import session
     from strata.store import open_db
     from strata.store.attempts import save_attempt
 

@@ -133,7 +133,7 @@ def judge_candidate(session: Any, op: str, dialect: str, device: str, code: str,
                     progress: Callable[[str], None] = lambda _m: None) -> Judgement:
     """Verify (and, when correct and `bench`, benchmark) one extracted candidate. `device`
     is where the caller wants it to run; the verdict names where it ran."""
-    from strata.commands.kernels import add_external, run_bench, run_verify
+    from strata.kernels.service import add_external, run_bench, run_verify
 
     path = write_candidate(op, dialect, code)
     try:
@@ -284,7 +284,7 @@ def register_candidate(session: Any, op: str, dialect: str, code: str, *,
                        progress: Callable[[str], None] = lambda _m: None) -> Implementation:
     """Register a candidate for dispatch exactly as `strata kernels add` does: only if it
     verifies (the verdict is usually cached from judging it)."""
-    from strata.commands.kernels import add_kernel
+    from strata.kernels.service import add_kernel
 
     outcome = add_kernel(session, write_candidate(op, dialect, code), timeout_s=timeout_s,
                          progress=progress)

@@ -106,8 +106,8 @@ def generate(config: GenConfig, client: Any, conn: sqlite3.Connection, roofline:
              progress: Progress = lambda s, t, w: None) -> GenResult:
     """Run `config.samples` conversations with the model behind `client` and judge every
     reply on this host. The best correct kernel is registered when `config.register`."""
-    from strata.commands.kernels import session
     from strata.kernels.gen.prompt import build_prompt
+    from strata.kernels.service import session
 
     skill_text = config.skill.text if config.skill is not None else None
     prompt = build_prompt(session(conn=conn), config.op, config.dialect, config.device,
@@ -131,7 +131,7 @@ def db_file(conn: sqlite3.Connection) -> Path:
 
 
 def _conversation(shared: _Shared, sample: int) -> SampleResult:
-    from strata.commands.kernels import session
+    from strata.kernels.service import session
     from strata.store import open_db
 
     conn = open_db(shared.db_path)
@@ -223,8 +223,8 @@ def _failure_key(a: Attempt) -> tuple[str, str, str]:
 def _register(conn: sqlite3.Connection, config: GenConfig, best: Attempt) -> str | None:
     """Register the best correct kernel through the `kernels add` door (it is verified
     again there, against its stored copy)."""
-    from strata.commands.kernels import session
     from strata.kernels.gen.judge import register_candidate
+    from strata.kernels.service import session
     from strata.store.attempts import mark_registered
 
     assert best.code is not None and best.id is not None

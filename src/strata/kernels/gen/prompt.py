@@ -33,8 +33,8 @@ from strata.kernels.gen.rules import (
 )
 
 if TYPE_CHECKING:
-    from strata.commands.kernels import Session
     from strata.kernels.impl import Implementation
+    from strata.kernels.service import Session
     from strata.kernels.spec import KernelSpec
     from strata.measure.roofline import Roofline
 
