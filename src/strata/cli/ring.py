@@ -1,24 +1,22 @@
 """`strata ring …`: machines that find each other and run one model across them.
 
 serve starts a node daemon; status and run talk to a daemon over the control protocol
-(strata.ring.control.wire). The logic lives in strata.ring; this file parses and prints.
+(strata.ring.control.wire). The use cases are strata.commands.ring, the printers
+strata.views.ring; this file parses and prints.
 """
 
 from __future__ import annotations
 
 import os
-import signal
-import socket
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
-from strata.cli import app, check_positive, err, out
+from strata.cli import app, err, out
 from strata.cli.helptext import reflowed
-from strata.cli.output import FormatOption, JsonOption, emit, output_format, read_store
-from strata.errors import InputError
+from strata.cli.output import FormatOption, JsonOption, emit, output_format
 from strata.ring.control.wire import DEFAULT_PORT
 
 ring_app = typer.Typer(
@@ -28,7 +26,6 @@ ring_app = typer.Typer(
     "what each can hold, and generate with output identical to one machine's.")
 app.add_typer(ring_app)
 
-GIB = 1024**3
 ConnectOption = Annotated[str, typer.Option(
     "--connect", metavar="HOST:PORT", help="The daemon to ask, on any member of "
     "the ring.")]
@@ -83,46 +80,17 @@ def serve(
       strata ring serve --device cuda:0 --mem-cap 20
       strata ring serve --ops torch
     """
-    from strata.ring.control.node import Node, NodeConfig
-    from strata.ring.plan.members import Member
+    from strata.commands.ring import ServeOptions
+    from strata.commands.ring import serve as serve_node
+    from strata.views.ring import serve_line
 
-    check_positive("--timeout", timeout)
-    from strata.engine.ops import names as ops_names
+    def say(line: str) -> None:
+        err.print(line, highlight=False, markup=False, soft_wrap=True)
 
-    if ops not in ops_names():
-        raise InputError(f"--ops {ops}: choose one of {', '.join(ops_names())}")
-    if mem_cap is not None:
-        check_positive("--mem-cap", mem_cap)
-    from strata.ring.control.wire import bind, parse_peers
-
-    config = NodeConfig(name=name or _default_name(port), host=host, port=port,
-                        peers=parse_peers(peers), device=device, ops=ops, mdns=mdns,
-                        mem_cap_bytes=None if mem_cap is None else int(mem_cap * GIB),
-                        heartbeat_s=timeout / 6, timeout_s=timeout, db=db)
-    # The port first: one that is in use fails in one line before the host is probed.
-    sock = bind(host, port)
-    if version_as:
-        config.version = version_as
-    config.die_at = die_at
-    member = Member.local(device, name=config.name, host=_advertised(host), port=port,
-                          mem_cap_bytes=config.mem_cap_bytes, conn=read_store(db))
-    node = Node(config, member, log=lambda line: err.print(line, highlight=False,
-                                                           markup=False, soft_wrap=True))
-    # Before start: registering with mDNS takes a second or two, and a SIGTERM meanwhile
-    # must still end in a clean stop.
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: node.stopped.set())
-    node.start(sock)
-    err.print(f"ring node {member.id} on {member.host}:{config.port} ({device}, {ops} ops, "
-              f"{_gib(member.available_bytes)} available); mDNS "
-              f"{'on' if node.mdns and not node.mdns.reason else 'off'}", highlight=False,
-              markup=False, soft_wrap=True)
-    try:
-        while not node.stopped.wait(0.5):
-            pass
-    finally:
-        node.stopped.clear()  # stop() says bye only once; it sets the event again
-        node.stop()
+    serve_node(ServeOptions(name=name, port=port, peers=peers, device=device, ops=ops,
+                            mem_cap=mem_cap, host=host, mdns=mdns, timeout=timeout, db=db,
+                            version_as=version_as, die_at=die_at),
+               log=say, started=lambda node: say(serve_line(node)))
     # Stopped and said bye; a daemon thread may still hold gloo objects (an idle stage's
     # group), which the interpreter's teardown would free in the garbage collector, where
     # gloo aborts (exit -6 seen in CI). Nothing is left to flush but the streams: leave
@@ -130,25 +98,6 @@ def serve(
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
-
-
-def _default_name(port: int) -> str:
-    host = socket.gethostname().split(".")[0] or "node"
-    return host if port == DEFAULT_PORT else f"{host}-{port}"
-
-
-def _advertised(host: str) -> str:
-    from strata.ring.control.discovery import _primary_address
-
-    return _primary_address() if host in ("", "0.0.0.0") else host
-
-
-def _gib(n: Any) -> str:
-    return "?" if n is None else f"{n / GIB:.1f} GiB"
-
-
-STATUS_COLUMNS = ("id", "addr", "state", "device", "available_bytes", "mem_cap_bytes",
-                  "bandwidth_gbps", "rtt_ms", "epoch", "leader", "reason")
 
 
 @ring_app.command("status")
@@ -170,14 +119,11 @@ def status(
       strata ring status
       strata ring status --connect 192.168.1.10:7473 --json
     """
-    from strata.ring.control.wire import parse_addr, request
-    from strata.views.ring import links_table, status_records, status_table
+    from strata.commands.ring import status as ring_status
+    from strata.views.ring import STATUS_COLUMNS, links_table, status_records, status_table
 
     chosen = output_format(fmt, json_out)
-    check_positive("--timeout", timeout)
-    reply = request(*parse_addr(connect), {"op": "status"}, timeout_s=timeout,
-                    connect_timeout_s=timeout)
-    reply.pop("ok", None)
+    reply = ring_status(connect, timeout)
     records = status_records(reply)
     def tables() -> None:
         out.print(status_table(reply, records))
@@ -186,10 +132,6 @@ def status(
             out.print(links)
 
     emit(out, chosen, records, document=reply, md_columns=STATUS_COLUMNS, table=tables)
-
-
-RUN_COLUMNS = ("model_filename", "n_prompt", "n_gen", "world", "ttft_s", "prefill_s",
-               "decode_tps", "e2e_s", "stages", "lost", "tokens")
 
 
 @ring_app.command("run")
@@ -226,20 +168,11 @@ def run(
       strata ring run synthetic:tiny-deep -p "Hello" -n 16
       strata ring run model.gguf -p "Once upon a time" -n 64 --seed 1 --temp 0.8
     """
-    from strata.ring.control.wire import parse_addr, request
-    from strata.views.ring import run_record, run_table
+    from strata.commands.ring import run as ring_run
+    from strata.views.ring import RUN_COLUMNS, run_record, run_table
 
     chosen = output_format(fmt, json_out)
-    check_positive("--timeout", timeout)
-    if not n_predict.isdigit() or int(n_predict) < 1:
-        raise InputError(f"-n {n_predict}: give a whole number of tokens >= 1")
-    if temperature < 0:
-        raise InputError(f"--temperature {temperature}: must be >= 0")
-    reply = request(*parse_addr(connect), {"op": "run", "model": model, "prompt": prompt,
-                                           "n": int(n_predict), "seed": seed,
-                                           "temperature": temperature},
-                    timeout_s=timeout, connect_timeout_s=timeout)
-    reply.pop("ok", None)
+    reply = ring_run(model, prompt, n_predict, seed, temperature, connect, timeout)
     emit(out, chosen, [run_record(reply)], document=reply, md_columns=RUN_COLUMNS,
          table=lambda: run_table(reply, out))
 

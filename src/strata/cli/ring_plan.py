@@ -2,26 +2,23 @@
 
 Registered on the `strata ring` sub-app (strata.cli.ring imports this module). Members come
 from a running daemon (--connect), from JSON files (--members) or are emulated (--node
-NAME:GiB[:GB/s]); with none of these, this host alone. The logic is strata.ring.plan.partition.
+NAME:GiB[:GB/s]); with none of these, this host alone. The use case is
+strata.commands.ring.plan, the search strata.ring.plan.partition, the printer
+strata.views.ring_plan.
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from strata.cli import DbOption, check_positive, err, out
+from strata.cli import DbOption, err, out
 from strata.cli.helptext import reflowed
-from strata.cli.output import FormatOption, JsonOption, emit, output_format, read_store
+from strata.cli.output import FormatOption, JsonOption, emit, output_format
 from strata.cli.ring import ring_app
-from strata.errors import InputError
 from strata.fit.plan import DEFAULT_CTX
-from strata.ring.plan.links import Link
-from strata.ring.plan.members import GiB, Member
-from strata.ring.plan.types import LayerTime
 
 MEMBERS = "Members"
 
@@ -79,103 +76,12 @@ def plan(
       strata ring plan model.gguf --connect 192.168.1.10:7473 -o json
       strata ring plan synthetic:tiny --mem-cap 0.001 --link 0.2:1000
     """
-    from strata.ring.plan.partition import HELD_DTYPE, plan_ring
+    from strata.commands.ring import PlanOptions
+    from strata.commands.ring import plan as ring_plan
     from strata.views.ring_plan import MD_FIELDS, print_plan
 
     chosen = output_format(fmt, json_out)
-    if ops not in HELD_DTYPE:
-        raise InputError(f"--ops {ops}: choose one of {', '.join(HELD_DTYPE)}")
-    if mem_cap is not None:
-        check_positive("--mem-cap", mem_cap)
-    given = _given_link(link)
-    members, measured = _members(node or [], members_file or [], connect, db)
-    if mem_cap is not None:
-        from strata.ring.plan.members import capped
-
-        members = [capped(m, int(mem_cap * GiB)) for m in members]
-    links = _all_links(members, measured, given)
-    times, missing, why = _daemon_times(connect, model) if connect is not None else \
-        ({}, {}, "")
-    result = plan_ring(model, members, DEFAULT_CTX if ctx is None else ctx, links,
-                       weights_dtype=HELD_DTYPE[ops], measured=times)
-    if connect is not None:
-        from strata.ring.control.layer_time import estimate_notes
-
-        result.notes += estimate_notes(times, missing, [s.member for s in result.stages],
-                                       why)
+    result = ring_plan(PlanOptions(model, node or [], members_file or [], connect=connect,
+                                   mem_cap=mem_cap, link=link, ctx=ctx, ops=ops, db=db), err)
     emit(out, chosen, result.records(), document=result.to_json(), md_columns=MD_FIELDS,
          table=lambda: print_plan(result, out))
-
-
-def _given_link(text: str | None) -> Link | None:
-    from strata.ring.plan.links import parse_link
-
-    return parse_link(text) if text is not None else None
-
-
-def _members(nodes: list[str], files: list[Path], connect: str | None,
-             db: Path | None) -> tuple[list[Member], dict[tuple[str, str], Link]]:
-    from strata.ring.plan import links as ring_links
-    from strata.ring.plan import members as ring_members
-
-    out_members: list[Member] = [ring_members.emulated(n) for n in nodes]
-    measured: dict[tuple[str, str], Link] = {}
-    docs = [(_read_json(f), str(f)) for f in files]
-    if connect is not None:
-        docs.append((_daemon_status(connect), f"--connect {connect}"))
-    for doc, where in docs:
-        out_members += ring_members.from_document(doc, where)
-        measured.update(ring_links.from_document(doc, where))
-    if not out_members:  # this host alone
-        with err.status("probing host…"):
-            out_members = [Member.local(conn=read_store(db))]
-    return out_members, measured
-
-
-def _all_links(members: list[Member], measured: dict[tuple[str, str], Link],
-               given: Link | None) -> dict[tuple[str, str], Link]:
-    """Measured links, and --link for every pair that has none."""
-    links = dict(measured)
-    if given is not None:
-        for a in members:
-            for b in members:
-                if a.id != b.id and (a.id, b.id) not in links and (b.id, a.id) not in links:
-                    links[(a.id, b.id)] = given
-    return links
-
-
-def _read_json(path: Path) -> object:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise InputError(f"--members {path}: {exc.strerror or exc}") from None
-    except json.JSONDecodeError as exc:
-        raise InputError(f"--members {path}: not JSON ({exc})") from None
-
-
-def _daemon_times(connect: str, model: str) -> tuple[dict[str, LayerTime], dict[str, str],
-                                                    str]:
-    """Every live member's timed decoder layer of `model`, gathered by the daemon (each
-    member times its own, in parallel); a daemon that cannot (an older one) leaves every
-    member on the bandwidth x η estimate, and the notes say why."""
-    from strata.ring.control.layer_time import GATHER_TIMEOUT_S
-    from strata.ring.control.wire import PeerError, parse_addr, request
-
-    try:
-        with err.status("timing a decoder layer on each member…"):
-            reply = request(*parse_addr(connect), {"op": "layer_times", "model": model},
-                            timeout_s=GATHER_TIMEOUT_S + 5.0, connect_timeout_s=5.0)
-        times = {str(k): LayerTime.from_dict(v) for k, v in dict(reply["times"]).items()}
-        missing = {str(k): str(v) for k, v in dict(reply.get("missing") or {}).items()}
-        return times, missing, "no layer time"
-    except (PeerError, KeyError, ValueError, TypeError) as exc:
-        return {}, {}, f"no layer times from --connect {connect} ({exc})"
-
-
-def _daemon_status(connect: str) -> object:
-    from strata.ring.control.wire import parse_addr, request
-
-    reply = request(*parse_addr(connect), {"op": "status"}, timeout_s=5.0,
-                    connect_timeout_s=5.0)
-    reply.pop("ok", None)
-    return reply

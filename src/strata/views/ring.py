@@ -1,4 +1,5 @@
-"""How `strata ring status` and `strata ring run` print: flat records and rich tables."""
+"""How `strata ring serve`, `status` and `run` print: the serve line, flat records and rich
+tables."""
 
 from __future__ import annotations
 
@@ -7,6 +8,25 @@ from typing import Any
 from rich.table import Table
 
 from strata.views.console import plain
+
+GIB = 1024**3
+# -o md: the tables' columns, by their record field names
+STATUS_COLUMNS = ("id", "addr", "state", "device", "available_bytes", "mem_cap_bytes",
+                  "bandwidth_gbps", "rtt_ms", "epoch", "leader", "reason")
+RUN_COLUMNS = ("model_filename", "n_prompt", "n_gen", "world", "ttft_s", "prefill_s",
+               "decode_tps", "e2e_s", "stages", "lost", "tokens")
+
+
+def serve_line(node: Any) -> str:
+    """What `strata ring serve` says once its node serves (a strata.ring.control.node.Node)."""
+    member, config = node.member, node.config
+    return (f"ring node {member.id} on {member.host}:{config.port} ({config.device}, "
+            f"{config.ops} ops, {_gib(member.available_bytes)} available); mDNS "
+            f"{'on' if node.mdns and not node.mdns.reason else 'off'}")
+
+
+def _gib(n: Any) -> str:
+    return "?" if n is None else f"{n / GIB:.1f} GiB"
 
 
 def _size(n: Any) -> str:

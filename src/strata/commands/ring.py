@@ -1,0 +1,253 @@
+"""`strata ring serve|status|run|plan`: checks first, then the work. The CLI (cli/ring.py,
+cli/ring_plan.py) parses the flags, calls one of these and prints what it returns
+(views/ring.py, views/ring_plan.py); the domain is strata.ring (plan/, runtime/, control/)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import sqlite3
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Console
+
+from strata.errors import InputError
+from strata.ring.control.wire import DEFAULT_PORT
+from strata.ring.plan.links import Link
+from strata.ring.plan.members import GiB, Member
+from strata.ring.plan.types import LayerTime
+
+if TYPE_CHECKING:
+    from strata.ring.control.node import Node
+    from strata.ring.plan.types import RingPlan
+
+
+def _positive(name: str, value: float) -> None:
+    if value <= 0:
+        raise InputError(f"{name} must be > 0 (got {value})")
+
+
+def _store(db: Path | None) -> sqlite3.Connection | None:
+    """The results DB read-only, or None when there is none (nothing is created)."""
+    from strata.paths import default_db_path
+    from strata.store.db import open_db_readonly
+
+    return open_db_readonly(Path(db or default_db_path()).expanduser())
+
+
+# -- serve --------------------------------------------------------------------------------
+
+@dataclass
+class ServeOptions:
+    """`strata ring serve`'s flags."""
+
+    name: str | None = None
+    port: int = DEFAULT_PORT
+    peers: str | None = None
+    device: str = "cpu"
+    ops: str = "lab"
+    mem_cap: float | None = None  # GiB
+    host: str = "0.0.0.0"
+    mdns: bool = True
+    timeout: float = 3.0
+    db: Path | None = None
+    version_as: str | None = None  # test hook: pretend another strata version
+    die_at: int | None = None  # test hook: crash mid-generation
+
+
+def serve(options: ServeOptions, log: Callable[[str], None],
+          started: Callable[[Node], None]) -> None:
+    """Run a ring node until SIGTERM or SIGINT: the flags are checked first, then the port is
+    bound (one in use fails in one line before the host is probed), then the node joins the
+    members it finds; `started(node)` once it serves. Returns after the node said bye."""
+    node, sock = _node(options, log)
+    # Before start: registering with mDNS takes a second or two, and a SIGTERM meanwhile
+    # must still end in a clean stop.
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: node.stopped.set())
+    node.start(sock)
+    started(node)
+    try:
+        while not node.stopped.wait(0.5):
+            pass
+    finally:
+        node.stopped.clear()  # stop() says bye only once; it sets the event again
+        node.stop()
+
+
+def _node(o: ServeOptions, log: Callable[[str], None]) -> tuple[Node, socket.socket]:
+    from strata.engine.ops import names as ops_names
+    from strata.ring.control.node import Node, NodeConfig
+    from strata.ring.control.wire import bind, parse_peers
+
+    _positive("--timeout", o.timeout)
+    if o.ops not in ops_names():
+        raise InputError(f"--ops {o.ops}: choose one of {', '.join(ops_names())}")
+    if o.mem_cap is not None:
+        _positive("--mem-cap", o.mem_cap)
+    config = NodeConfig(name=o.name or _default_name(o.port), host=o.host, port=o.port,
+                        peers=parse_peers(o.peers), device=o.device, ops=o.ops, mdns=o.mdns,
+                        mem_cap_bytes=None if o.mem_cap is None else int(o.mem_cap * GiB),
+                        heartbeat_s=o.timeout / 6, timeout_s=o.timeout, db=o.db)
+    # The port first: one that is in use fails in one line before the host is probed.
+    sock = bind(o.host, o.port)
+    if o.version_as:
+        config.version = o.version_as
+    config.die_at = o.die_at
+    member = Member.local(o.device, name=config.name, host=_advertised(o.host), port=o.port,
+                          mem_cap_bytes=config.mem_cap_bytes, conn=_store(o.db))
+    return Node(config, member, log=log), sock
+
+
+def _default_name(port: int) -> str:
+    host = socket.gethostname().split(".")[0] or "node"
+    return host if port == DEFAULT_PORT else f"{host}-{port}"
+
+
+def _advertised(host: str) -> str:
+    from strata.ring.control.discovery import _primary_address
+
+    return _primary_address() if host in ("", "0.0.0.0") else host
+
+
+# -- status, run --------------------------------------------------------------------------
+
+def _ask(connect: str, msg: dict[str, Any], timeout: float) -> dict[str, Any]:
+    from strata.ring.control.wire import parse_addr, request
+
+    reply = request(*parse_addr(connect), msg, timeout_s=timeout, connect_timeout_s=timeout)
+    reply.pop("ok", None)
+    return reply
+
+
+def status(connect: str, timeout: float) -> dict[str, Any]:
+    """`strata ring status`: the daemon's view of the ring (its status reply)."""
+    _positive("--timeout", timeout)
+    return _ask(connect, {"op": "status"}, timeout)
+
+
+def run(model: str, prompt: str, n_predict: str, seed: int | None, temperature: float,
+        connect: str, timeout: float) -> dict[str, Any]:
+    """`strata ring run`: one generation across the ring, asked of the daemon at `connect`
+    (it passes the request to the leader)."""
+    _positive("--timeout", timeout)
+    if not n_predict.isdigit() or int(n_predict) < 1:
+        raise InputError(f"-n {n_predict}: give a whole number of tokens >= 1")
+    if temperature < 0:
+        raise InputError(f"--temperature {temperature}: must be >= 0")
+    return _ask(connect, {"op": "run", "model": model, "prompt": prompt, "n": int(n_predict),
+                          "seed": seed, "temperature": temperature}, timeout)
+
+
+# -- plan ---------------------------------------------------------------------------------
+
+@dataclass
+class PlanOptions:
+    """`strata ring plan`'s flags (members: --connect, --members, --node, else this host)."""
+
+    model: str
+    nodes: list[str]
+    members_files: list[Path]
+    connect: str | None = None
+    mem_cap: float | None = None  # GiB, every member
+    link: str | None = None  # RTT_MS:MB/S of every link not measured
+    ctx: int | None = None
+    ops: str = "lab"
+    db: Path | None = None
+
+
+def plan(o: PlanOptions, console: Console) -> RingPlan:
+    """The plan `strata ring plan` prints; `console` shows what is being waited for."""
+    from strata.fit.plan import DEFAULT_CTX
+    from strata.ring.plan.partition import HELD_DTYPE, plan_ring
+
+    if o.ops not in HELD_DTYPE:
+        raise InputError(f"--ops {o.ops}: choose one of {', '.join(HELD_DTYPE)}")
+    if o.mem_cap is not None:
+        _positive("--mem-cap", o.mem_cap)
+    given = _given_link(o.link)
+    members, measured = _members(o.nodes, o.members_files, o.connect, o.db, console)
+    if o.mem_cap is not None:
+        from strata.ring.plan.members import capped
+
+        members = [capped(m, int(o.mem_cap * GiB)) for m in members]
+    links = _all_links(members, measured, given)
+    times, missing, why = _daemon_times(o.connect, o.model, console) \
+        if o.connect is not None else ({}, {}, "")
+    result = plan_ring(o.model, members, DEFAULT_CTX if o.ctx is None else o.ctx, links,
+                       weights_dtype=HELD_DTYPE[o.ops], measured=times)
+    if o.connect is not None:
+        from strata.ring.control.layer_time import estimate_notes
+
+        result.notes += estimate_notes(times, missing, [s.member for s in result.stages],
+                                       why)
+    return result
+
+
+def _given_link(text: str | None) -> Link | None:
+    from strata.ring.plan.links import parse_link
+
+    return parse_link(text) if text is not None else None
+
+
+def _members(nodes: list[str], files: list[Path], connect: str | None, db: Path | None,
+             console: Console) -> tuple[list[Member], dict[tuple[str, str], Link]]:
+    from strata.ring.plan import links as ring_links
+    from strata.ring.plan import members as ring_members
+
+    out_members: list[Member] = [ring_members.emulated(n) for n in nodes]
+    measured: dict[tuple[str, str], Link] = {}
+    docs = [(_read_json(f), str(f)) for f in files]
+    if connect is not None:
+        docs.append((_ask(connect, {"op": "status"}, 5.0), f"--connect {connect}"))
+    for doc, where in docs:
+        out_members += ring_members.from_document(doc, where)
+        measured.update(ring_links.from_document(doc, where))
+    if not out_members:  # this host alone
+        with console.status("probing host…"):
+            out_members = [Member.local(conn=_store(db))]
+    return out_members, measured
+
+
+def _all_links(members: list[Member], measured: dict[tuple[str, str], Link],
+               given: Link | None) -> dict[tuple[str, str], Link]:
+    """Measured links, and --link for every pair that has none."""
+    links = dict(measured)
+    if given is not None:
+        for a in members:
+            for b in members:
+                if a.id != b.id and (a.id, b.id) not in links and (b.id, a.id) not in links:
+                    links[(a.id, b.id)] = given
+    return links
+
+
+def _read_json(path: Path) -> object:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise InputError(f"--members {path}: {exc.strerror or exc}") from None
+    except json.JSONDecodeError as exc:
+        raise InputError(f"--members {path}: not JSON ({exc})") from None
+
+
+def _daemon_times(connect: str, model: str, console: Console
+                  ) -> tuple[dict[str, LayerTime], dict[str, str], str]:
+    """Every live member's timed decoder layer of `model`, gathered by the daemon (each
+    member times its own, in parallel); a daemon that cannot (an older one) leaves every
+    member on the bandwidth x η estimate, and the notes say why."""
+    from strata.ring.control.layer_time import GATHER_TIMEOUT_S
+    from strata.ring.control.wire import PeerError, parse_addr, request
+
+    try:
+        with console.status("timing a decoder layer on each member…"):
+            reply = request(*parse_addr(connect), {"op": "layer_times", "model": model},
+                            timeout_s=GATHER_TIMEOUT_S + 5.0, connect_timeout_s=5.0)
+        times = {str(k): LayerTime.from_dict(v) for k, v in dict(reply["times"]).items()}
+        missing = {str(k): str(v) for k, v in dict(reply.get("missing") or {}).items()}
+        return times, missing, "no layer time"
+    except (PeerError, KeyError, ValueError, TypeError) as exc:
+        return {}, {}, f"no layer times from --connect {connect} ({exc})"
