@@ -19,6 +19,9 @@ from strata.kernels.verify import VerifyContext, verify
 
 C_SOURCES = sorted(p for p in C_HEADERS.glob("*.c"))
 HEADERS = sorted(C_HEADERS.glob("strata_*.h"))
+# Copies kept on purpose: tests/test_kernels_linear_q.py plants wrong roundings (round half
+# away) by editing each linear_q*.naive.c's own q8_0 quantisation of x.
+KEPT_COPIES = {"quantize_block": {"linear_q4_0.naive.c", "linear_q8_0.naive.c"}}
 _FUNCTION = re.compile(r"^static\b[^;{}()]*?\b(\w+)\s*\([^;{}]*\)\s*\{", re.M)
 _COMMENT = re.compile(r"/\*.*?\*/|//[^\n]*", re.S)
 
@@ -71,7 +74,9 @@ def test_no_two_c_sources_define_the_same_helper() -> None:
             assert name not in shared, \
                 f"{source.name} defines {name}, which {shared[name]} already defines"
             where.setdefault(body, []).append(source.name)
-    copies = {body.split("(")[0]: files for body, files in where.items() if len(files) > 1}
+    copies = {body.split("(")[0]: files for body, files in where.items() if len(files) > 1
+              and not any(set(files) == kept and f" {name}(" in body.split("{")[0]
+                          for name, kept in KEPT_COPIES.items())}
     assert not copies, copies
     # the two flash-decoding kernels share their common part (they once repeated 152 lines)
     for name in ("decode_attention.avx2.c", "attention_cached.avx2.c"):

@@ -20,6 +20,19 @@
 #define QK 32
 #define BLOCK_BYTES 18
 
+/* One 32-block of x -> q8_0: int8 values and the float32 value of the fp16 scale. */
+static void quantize_block(const float *x, int8_t *q, float *d) {
+    float amax = 0.0f;
+    for (int j = 0; j < QK; j++) {
+        const float a = fabsf(x[j]);
+        if (a > amax) amax = a;
+    }
+    *d = half_to_float(float_to_half(amax / 127.0f));
+    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+    /* nearbyintf rounds half to even in the default rounding mode */
+    for (int j = 0; j < QK; j++) q[j] = (int8_t)nearbyintf(x[j] * id);
+}
+
 void strata_linear_q4_0(float *out, const float *x, const uint8_t *w,
                         int64_t B, int64_t N, int64_t K) {
     const int64_t nblocks = K / QK;
@@ -27,7 +40,7 @@ void strata_linear_q4_0(float *out, const float *x, const uint8_t *w,
     float *dx = malloc((size_t)(B * nblocks + 1) * sizeof(float));
     if (!qx || !dx) { free(qx); free(dx); return; }  /* out stays NaN: fails loudly */
 #pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < B * nblocks; i++) quantize_x_q8_0(x + i * QK, qx + i * QK, dx + i);
+    for (int64_t i = 0; i < B * nblocks; i++) quantize_block(x + i * QK, qx + i * QK, dx + i);
 #pragma omp parallel for schedule(static)
     for (int64_t n = 0; n < N; n++) {
         const uint8_t *row = w + n * nblocks * BLOCK_BYTES;

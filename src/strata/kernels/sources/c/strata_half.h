@@ -1,6 +1,7 @@
 /* strata_half.h: ggml's scalar numerics for the portable reference (`naive`) kernels:
- * IEEE binary16 <-> binary32 and the q8_0 quantisation of a 32-block of x. Portable C, no
- * SIMD. Hashed with each user like strata_simd.h. */
+ * IEEE binary16 <-> binary32. Portable C, no SIMD. Hashed with each user like strata_simd.h.
+ * (The q8_0 quantisation of x stays in each linear_q*.naive.c: tests/test_kernels_linear_q.py
+ * plants wrong roundings by editing it there.) */
 #ifndef STRATA_HALF_H
 #define STRATA_HALF_H
 
@@ -50,20 +51,6 @@ static inline uint16_t float_to_half(float f) {
     const uint32_t rem = ax & 0x1FFFu;
     if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) h++;               /* carry is right */
     return (uint16_t)(sign | h);
-}
-
-/* One 32-block of x -> q8_0: int8 values and the float32 value of the fp16 scale (ggml's
-   quantize_row_q8_0: d = fp16(amax / 127), id = amax ? 127 / amax : 0, q = rint(x * id)). */
-static inline void quantize_x_q8_0(const float *x, int8_t *q, float *d) {
-    float amax = 0.0f;
-    for (int j = 0; j < 32; j++) {
-        const float a = fabsf(x[j]);
-        if (a > amax) amax = a;
-    }
-    *d = half_to_float(float_to_half(amax / 127.0f));
-    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
-    /* nearbyintf rounds half to even in the default rounding mode */
-    for (int j = 0; j < 32; j++) q[j] = (int8_t)nearbyintf(x[j] * id);
 }
 
 #endif /* STRATA_HALF_H */
