@@ -9,7 +9,7 @@ The layers themselves are `strata.engine.graph` (shared with `strata train`); th
 state: the weights as the ops hold them, a KV cache per local layer, the RoPE tables and the
 position. `-B lab` is an executor over every layer with the lab's ops (strata.lab.model adds
 prefill chunking and the bound decode step); a ring stage is one over its layers with the
-ops its member chose (strata.ring.stage).
+ops its member chose (strata.ring.runtime.stage).
 
 Layouts: activations [T, hidden] float32; the cache of a local layer is k, v [Hkv, C, D],
 filled up to the position after the last forward.
