@@ -65,9 +65,11 @@ def rank(
       strata rank a.gguf b.gguf --quality --budget-min 20 -o md
       strata rank http://127.0.0.1:11434 --profile chat
     """
+    from strata.commands.bench import sweep_progress
+    from strata.commands.quality import score_progress
     from strata.rank.candidates import expand
     from strata.rank.profiles import choose
-    from strata.rank.ranking import RankRequest, run_rank
+    from strata.rank.ranking import RankProgress, RankRequest, run_rank
     from strata.views.rank import RANK_COLUMNS, profile_table, summary_lines
 
     set_progress(progress)
@@ -79,7 +81,8 @@ def rank(
     request = RankRequest(refs=expand(models or [], presets, quant), profiles=choose(profile),
                           backend=backend, budget_s=budget_min * 60, quality=quality,
                           ref=ref)
-    outcome = run_rank(open_store(db), request, err)
+    outcome = run_rank(open_store(db), request, err,
+                       RankProgress(sweep_progress(err), score_progress(err)))
 
     def tables() -> None:
         for entries in outcome.entries.values():

@@ -1,4 +1,5 @@
-"""`strata quality`: checks, host record, one scoring pass per backend, storage, printing."""
+"""`strata quality`: the stored measurement (quality/stored.py) with a progress bar, then
+printing."""
 
 from __future__ import annotations
 
@@ -9,42 +10,29 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
-from strata.quality.run import Prepared, QualityConfig, QualityResult, prepare, run_quality
-from strata.quality.speed import decode_speed_ratio
-from strata.store.hosts import save_measurement
+from strata.quality.run import QualityConfig, QualityResult
+from strata.quality.stored import MEASUREMENT_KIND, ScoreProgress, score_and_store
 from strata.views.console import progress_bar
 
-MEASUREMENT_KIND = "quality"  # hosts.measurements.kind, next to 'roofline' and 'telemetry'
+__all__ = ["MEASUREMENT_KIND", "print_results", "quality_main", "quality_record",
+           "run_quality_command", "score_progress"]
 
 
 def run_quality_command(conn: sqlite3.Connection, config: QualityConfig,
                         console: Console) -> list[QualityResult]:
-    """Every input error surfaces before the host probe and before any weights load."""
-    from strata.host import this_host
-
-    prepared = prepare(config)
-    fingerprint = this_host(conn, console).fingerprint
-    results = []
-    for backend in prepared.backends:
-        result = _scored(prepared, backend, config, console)
-        if prepared.ref is not None:
-            others = [b for b in prepared.backends if b != backend]
-            ratio = decode_speed_ratio(conn, fingerprint, prepared.model.ref, prepared.ref.ref,
-                                       prefer=[backend, *others])
-            result.speed = ratio.to_dict() if ratio else None
-        save_measurement(conn, fingerprint, MEASUREMENT_KIND, result.to_dict())
-        results.append(result)
-    return results
+    """Every input error surfaces before the host probe and before any weights load;
+    progress on `console`."""
+    return score_and_store(conn, config, console, score_progress(console))
 
 
-def _scored(prepared: Prepared, backend: str, config: QualityConfig,
-            console: Console) -> QualityResult:
-    bar = progress_bar(console)
-    task = bar.add_task(f"{config.model} · {backend}: chunks of {config.ctx}",
-                        total=prepared.plan.n_chunks)
-    with bar:
-        return run_quality(prepared, backend,
-                           progress=lambda done, _n: bar.update(task, completed=done))
+def score_progress(console: Console) -> ScoreProgress:
+    """A progress bar per backend on `console`, for quality/stored.py's `score_and_store`."""
+    def bar_for(what: str, total: int) -> tuple[Any, Any]:
+        bar = progress_bar(console)
+        task = bar.add_task(what, total=total)
+        return bar, lambda done, _n: bar.update(task, completed=done)
+
+    return bar_for
 
 
 def quality_record(stored: dict[str, Any]) -> dict[str, Any]:

@@ -12,11 +12,13 @@ from typing import Any
 
 from rich.console import Console
 
+from strata.bench import sweep
 from strata.bench.plan import BenchConfig, RepPolicy
 from strata.bench.scenario import BenchTest
 from strata.fit.predict import EtaHistory
 from strata.host import Host, this_host
 from strata.measure.roofline import Roofline
+from strata.quality import stored
 from strata.rank import measure, score
 from strata.rank.candidates import Candidate, place
 from strata.rank.profiles import Profile
@@ -93,16 +95,27 @@ class RankRequest:
     reps: RepPolicy = RANK_REPS
 
 
-def run_rank(conn: sqlite3.Connection, req: RankRequest, console: Console) -> RankOutcome:
+@dataclass(frozen=True)
+class RankProgress:
+    """How rank's measurements report their progress (the CLI: bench's and quality's bars,
+    commands/bench.py and commands/quality.py); quiet by default."""
+
+    bench: sweep.SweepProgress = sweep.quiet
+    quality: stored.ScoreProgress = stored.quiet
+
+
+def run_rank(conn: sqlite3.Connection, req: RankRequest, console: Console,
+             progress: RankProgress = RankProgress()) -> RankOutcome:
     host = this_host(conn, console)
     roof = host.roofline(console)
     tests = sorted({t for p in req.profiles for t in p.tests()})
     ctx = max(p.context for p in req.profiles)
     cands = [place(ref, req.backend, host.profile, ctx) for ref in req.refs]
     out = RankOutcome({}, budget_s=req.budget_s)
-    figures = {plan.candidate.label: _gather(conn, plan, req, out, console)
+    figures = {plan.candidate.label: _gather(conn, plan, req, out, console, progress.bench)
                for plan in _plans(conn, host, roof, cands, tests, req)}
-    quality = _quality(conn, req, cands, out, console) if req.quality else {}
+    quality = _quality(conn, req, cands, out, console, progress.quality) if req.quality \
+        else {}
     for p in req.profiles:
         entries = [_entry(p, c, figures[c.label], quality.get(c.ref)) for c in cands]
         out.entries[p.name] = sorted(entries, key=_order)
@@ -154,7 +167,8 @@ def _plans(conn: sqlite3.Connection, host: Host, roof: Roofline, cands: list[Can
 
 
 def _gather(conn: sqlite3.Connection, plan: _Plan, req: RankRequest, out: RankOutcome,
-            console: Console) -> dict[BenchTest, measure.TestFigure]:
+            console: Console,
+            progress: sweep.SweepProgress) -> dict[BenchTest, measure.TestFigure]:
     c = plan.candidate
     got = dict(plan.reused)
     out.reused += len(plan.reused)
@@ -170,7 +184,7 @@ def _gather(conn: sqlite3.Connection, plan: _Plan, req: RankRequest, out: RankOu
                         f"{max(left, 0) / 60:.1f} min of the budget left"))
         return {**plan.guesses, **got}
     start = time.monotonic()
-    measured = _bench(conn, c, plan.missing, req, out, console)
+    measured = _bench(conn, c, plan.missing, req, out, console, progress)
     took = time.monotonic() - start
     out.spent_s += took
     if plan.estimate_s:
@@ -180,13 +194,11 @@ def _gather(conn: sqlite3.Connection, plan: _Plan, req: RankRequest, out: RankOu
 
 
 def _bench(conn: sqlite3.Connection, c: Candidate, missing: list[BenchTest],
-           req: RankRequest, out: RankOutcome,
-           console: Console) -> dict[BenchTest, measure.TestFigure]:
-    from strata.commands.bench import run_bench
-
+           req: RankRequest, out: RankOutcome, console: Console,
+           progress: sweep.SweepProgress) -> dict[BenchTest, measure.TestFigure]:
     config = BenchConfig(models=[c.ref], backends=[c.backend], tests=missing, loads=[c.load],
                          reps=req.reps)
-    outcome = run_bench(conn, config, console, keep_error=True)
+    outcome = sweep.run_sweep(conn, config, console, keep_error=True, progress=progress)
     out.skipped += outcome.skipped
     if outcome.error is not None:  # what finished is stored and used; the rest is predicted
         out.skipped.append((c.label, str(outcome.error)))
@@ -194,9 +206,9 @@ def _bench(conn: sqlite3.Connection, c: Candidate, missing: list[BenchTest],
 
 
 def _quality(conn: sqlite3.Connection, req: RankRequest, cands: list[Candidate],
-             out: RankOutcome, console: Console) -> dict[str, tuple[float, float | None]]:
+             out: RankOutcome, console: Console,
+             progress: stored.ScoreProgress) -> dict[str, tuple[float, float | None]]:
     """Perplexity (and KL against --ref) of every candidate that runs here."""
-    from strata.commands.quality import run_quality_command
     from strata.errors import InputError
     from strata.quality.run import QualityConfig
 
@@ -207,7 +219,7 @@ def _quality(conn: sqlite3.Connection, req: RankRequest, cands: list[Candidate],
         config = QualityConfig(model=c.ref, ref=req.ref, backend=c.backend,
                                max_chunks=req.quality_chunks)
         try:
-            result = run_quality_command(conn, config, console)[0]
+            result = stored.score_and_store(conn, config, console, progress)[0]
         except InputError as exc:
             out.skipped.append((f"{c.ref} quality", str(exc)))
             continue
