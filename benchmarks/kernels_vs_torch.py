@@ -67,14 +67,14 @@ def main() -> int:
 
     from rich.console import Console
 
-    from strata.commands.bench import roofline_for
-    from strata.commands.kernels import run_bench, session
+    from strata.host import this_host
     from strata.kernels.registry import find
+    from strata.kernels.service import run_bench, session
     from strata.views.kernels import bench_table
 
     console = Console(stderr=True)
     s = session(Path(os.environ["STRATA_HOME"]) / "strata.db")
-    roof = roofline_for(s.conn, s.caps.profile, s.fingerprint, console)
+    roof = this_host(s.conn).roofline(console)
     cpu = roof.device("cpu")
     bw = cpu.peak_bandwidth_gbs() if cpu else None
     print(f"host: {s.caps.profile.cpu.model}, {s.caps.profile.cpu.physical_cores} cores; "

@@ -316,3 +316,22 @@ def test_write_skill_folder_round_trips_and_the_hash_follows_the_text(tmp_path: 
     assert load_skill(tmp_path / "sk" / "SKILL.md") == loaded  # the file itself works too
     (tmp_path / "sk" / "SKILL.md").write_text("Use 8 accumulators.\n")
     assert load_skill(tmp_path / "sk").hash != loaded.hash
+
+
+def test_an_example_that_includes_a_shared_header_shows_the_header() -> None:
+    """A built-in that #includes strata_simd.h (silu_mul.avx2 does) is shown with the header's
+    text after it, so a model sees the helpers it may include by name."""
+    from strata.kernels.gen.prompt import example_source
+    from strata.kernels.impl import included_headers
+
+    impl = _impl("silu_mul", "c.avx2")
+    text = impl.source.read_text()
+    headers = included_headers(text)
+    assert headers, "silu_mul.avx2 no longer includes a shared header: pick another example"
+    shown = example_source(impl.source)
+    assert shown.startswith(text.rstrip())
+    for header in headers:
+        assert f'#include "{header.name}"' in shown and header.read_text().strip() in shown
+    plain = _impl("silu_mul", "c.naive")
+    if not included_headers(plain.source.read_text()):
+        assert example_source(plain.source) == plain.source.read_text().rstrip()

@@ -14,9 +14,10 @@ from rich.table import Table
 
 from strata.cli import DbOption, app, check_positive, err, open_store, out
 from strata.cli.helptext import reflowed
-from strata.cli.output import FormatOption, JsonOption, emit, output_format
+from strata.cli.output import FormatOption, JsonOption, output_format
 from strata.errors import InputError
 from strata.ring.control.wire import DEFAULT_PORT
+from strata.views.output import emit
 
 fleet_app = typer.Typer(
     name="fleet", no_args_is_help=True, rich_markup_mode="rich",

@@ -14,10 +14,10 @@ import typer
 
 from strata.errors import InputError
 from strata.store.export import GENERIC_FORMATS
-from strata.views.output import TABLE, emit  # emit: re-exported for cli/ring*.py
+from strata.views.output import TABLE
 
 __all__ = ["CHOICES", "TABLE", "FormatOption", "JsonOption", "ProgressOption", "db_path",
-           "emit", "no_store", "output_format", "read_store", "with_json"]
+           "no_store", "output_format", "read_store", "with_json"]
 
 CHOICES = (TABLE, *GENERIC_FORMATS)  # table, md, csv, json, jsonl
 

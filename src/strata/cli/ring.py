@@ -16,8 +16,9 @@ import typer
 
 from strata.cli import app, err, out
 from strata.cli.helptext import reflowed
-from strata.cli.output import FormatOption, JsonOption, emit, output_format
+from strata.cli.output import FormatOption, JsonOption, output_format
 from strata.ring.control.wire import DEFAULT_PORT
+from strata.views.output import emit
 
 ring_app = typer.Typer(
     name="ring", no_args_is_help=True, rich_markup_mode="rich",

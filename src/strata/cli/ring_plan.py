@@ -16,9 +16,10 @@ import typer
 
 from strata.cli import DbOption, err, out
 from strata.cli.helptext import reflowed
-from strata.cli.output import FormatOption, JsonOption, emit, output_format
+from strata.cli.output import FormatOption, JsonOption, output_format
 from strata.cli.ring import ring_app
 from strata.fit.plan import DEFAULT_CTX
+from strata.views.output import emit
 
 MEMBERS = "Members"
 

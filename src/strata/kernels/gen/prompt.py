@@ -228,6 +228,20 @@ def _requires(s: Session, dialect: str, device: str) -> str:
 
 # -- the prompt --------------------------------------------------------------------------------
 
+def example_source(path: Path | None) -> str:
+    """The worked example's source, followed by the shared headers it includes (a model
+    sees the helpers it may #include by name, not just their names)."""
+    from strata.kernels.impl import included_headers
+
+    if path is None:
+        return ""
+    text = path.read_text().rstrip()
+    for header in included_headers(text):
+        text += (f"\n\n/* ---- {header.name}: a shared header of the lab; a C kernel may "
+                 f"#include \"{header.name}\" ---- */\n" + header.read_text().rstrip())
+    return text
+
+
 def build_prompt(s: Session, op: str, dialect: str, device: str, roofline: Roofline | None,
                  skill_text: str | None = None, *, template_dir: Path = TEMPLATES) -> Prompt:
     from strata.kernels.dialects import get_dialect
@@ -256,7 +270,7 @@ def build_prompt(s: Session, op: str, dialect: str, device: str, roofline: Roofl
         example_op=impl.op, example_impl=impl.name,
         example_note=f"How the lab writes `{impl.op}` in this dialect ({how}). Same "
                      f"conventions, a different op: adapt the ideas, not the code.",
-        example_source=impl.source.read_text().rstrip() if impl.source else "",
+        example_source=example_source(impl.source),
         rules=rules_text(spec.name, d.name, requires),
         hardware=hardware_dialect(s.host, device, roofline),
         target=target_text(target_for(s, spec.name, d.name, device, roofline)), **common)
