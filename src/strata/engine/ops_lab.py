@@ -75,10 +75,6 @@ class LabOps:
         if table.kind.lower() in _quant.BLOCK_BYTES:
             return _quant.dequantize(table.kind.lower(), rows, table.shape[1],
                                      torch.float32).contiguous()
-        if table.kind not in ("F32", "F16"):
-            from strata.engine.ops_torch import dequantize
-
-            return dequantize(Stored(table.kind, rows, (rows.shape[0], table.shape[1])))
         return rows.float().contiguous()
 
     def linear(self, x: torch.Tensor, w: Stored) -> torch.Tensor:

@@ -148,8 +148,7 @@ def read_range(path: Path, first: int | None, last: int | None, device: torch.de
         raise InputError(f"MODEL {path}: no 2-D {TOKEN_EMBD} tensor")
     if last == spec.n_layers and OUTPUT_NORM not in out.tensors:
         raise InputError(f"MODEL {path}: no {OUTPUT_NORM} tensor")
-    biases = any(n.endswith(".bias") for n in out.tensors) or \
-        any(x.name.endswith(".bias") for x in spec.tensors)
+    biases = any(x.name.endswith(".bias") for x in spec.tensors)
     out.config = llama_config(path, spec, layout.kv, rule_of(arch), vocab, biases)
     out.config["expert_weights_norm"] = bool(
         layout.kv.get(f"{spec.arch}.expert_weights_norm", True))
