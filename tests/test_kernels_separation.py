@@ -10,8 +10,10 @@ header for how it won), each refused now, and no file appears outside the sandbo
   the judge reads the output itself;
 - forges_result.c: looked for the result marker to print a forged verdict — there is none
   (its verdict is the judge's: it computes right, so it passes);
-- after_return.c: keeps an OpenMP team computing after "done" — outputs sampled at "done"
-  and the worker's idle CPU show it;
+- after_return.c: keeps an OpenMP team computing after "done" — the worker sees the calling
+  thread still inside the region it opened (omp_get_level) right after each call, which does
+  not race the team the way sampling outputs or the worker's idle CPU does (a team that
+  finished before the judge looked once passed a loaded CI host);
 - span_cache.c: answers from the span of cached results of a small input basis — inputs are
   OS-random windows of generated pools now;
 - ignore_index.c: clamps an out-of-range target (ignore_index, padding) into [0, V) — the
@@ -112,21 +114,18 @@ def _bench(kernel_session: Any, op: str, cheat: Implementation,
 
 
 def test_work_after_return_is_seen_and_disqualified(kernel_session: Any) -> None:
-    """Refused at verification (its serve shapes are large enough to go async) or at the
-    benchmark's first guarded call: either way its figures never count."""
+    """Its serve shapes are large enough to go async, and verification calls each case
+    several times: the first call that leaves its team open fails it, and the reason is the
+    open region whatever the host's load (no race with the team). The worker joined the team
+    before replying, so nothing wrote into the judge's buffers afterwards (no crash)."""
     s = kernel_session
     cheat = _external("after_return.c")
     verdict = verify_many([cheat], VerifyContext(s.conn, s.fingerprint, s.caps,
                                                  static=False))[0]
-    if verdict.status == "fail":
-        assert verdict.reason in (checks.LEFT_THREAD, checks.ASYNC_WRITE), verdict.to_dict()
-        return
-    timed = _bench(kernel_session, "silu_mul", cheat)
-    big = [f for f in timed if f.shape["rows"] * f.shape["cols"] > 8192]
-    assert big and all(f.disqualified for f in big), [f.to_dict() for f in timed]
-    assert any(checks.LEFT_THREAD in f.note or checks.ASYNC_WRITE in f.note
-               or "wrong" in f.note for f in big), [f.note for f in big]
-    assert all(f.speedup_eager is None for f in big)
+    assert verdict.status == "fail" and verdict.reason == checks.LEFT_THREAD, verdict.to_dict()
+    assert "OpenMP parallel region" in verdict.message, verdict.to_dict()
+    # the benchmark verifies first: it never times it
+    assert all(f.median_s is None for f in _bench(kernel_session, "silu_mul", cheat))
 
 
 def test_span_caching_finds_no_span_to_answer_from(kernel_session: Any) -> None:

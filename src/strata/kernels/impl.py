@@ -29,7 +29,8 @@ _QUOTED_INCLUDE = re.compile(r'^[ \t]*(?:#|%:)[ \t]*include[ \t]*"([^"\n]+)"', r
 DECLARATION = re.compile(r"strata-kernel:\s*(?P<body>.*)$")
 HEADER_LINES = 30
 # Bump when the verification rules change: cached verdicts of older rules no longer count.
-HARNESS_VERSION = "2"  # 2: ELF import check, confinement, prefills, canaries, threads
+HARNESS_VERSION = "3"  # 2: ELF import check, confinement, prefills, canaries, threads;
+# 3: judge in its own process, open OpenMP regions after a call
 
 
 @dataclass(frozen=True)

@@ -230,7 +230,13 @@ class KernelProcess:
 
     def run(self, cids: list[int], threads: int | None = None,
             record: bool = False) -> dict[str, Any]:
-        return self.request({"op": "run", "cids": cids, "threads": threads, "record": record})
+        reply = self.request({"op": "run", "cids": cids, "threads": threads, "record": record})
+        if reply.get("open_region"):
+            raise WorkerFailure(Failure(checks.LEFT_THREAD, "the kernel returned inside an "
+                                        "OpenMP parallel region it opened (GOMP_parallel_start "
+                                        "without GOMP_parallel_end): its team goes on "
+                                        "computing after \"done\", where no timer sees it"))
+        return reply
 
     def stage(self, cids: list[int], to: str) -> None:
         if self.spec.device != "cpu":

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import ctypes
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -48,3 +48,39 @@ class ThreadControl:
             yield
         finally:
             self.lib.omp_set_num_threads(self.default)
+
+
+@dataclass
+class OpenRegions:
+    """libgomp's view of the calling thread: how deep in parallel regions it is, and the
+    way out of one (the end of the region joins its team)."""
+
+    level: Callable[[], int]
+    end: Callable[[], None]
+
+    def close(self) -> int:
+        """Join every region the kernel left open (so its team stops writing into buffers
+        the judge is about to reuse or unmap); return how many there were."""
+        n = depth = int(self.level())
+        while depth > 0:
+            self.end()
+            depth = int(self.level())
+            if depth >= n:  # not ours to end (cannot happen on a plain harness thread)
+                break
+        return n
+
+
+def open_regions() -> OpenRegions | None:
+    """libgomp where the process has it loaded (a C kernel linked it), else None. Its
+    level, read on the thread that called a kernel right after it returned: above 0
+    means the kernel returned inside a parallel region it opened (GOMP_parallel_start
+    without GOMP_parallel_end), so its team may still be computing after "done". Unlike
+    sampling the output or the worker's CPU, this does not race the team."""
+    try:
+        lib = ctypes.CDLL("libgomp.so.1", mode=getattr(os, "RTLD_NOLOAD", 4))
+    except OSError:
+        return None
+    level, end = lib.omp_get_level, lib.GOMP_parallel_end
+    level.restype, level.argtypes = ctypes.c_int, []
+    end.restype, end.argtypes = None, []
+    return OpenRegions(level, end)

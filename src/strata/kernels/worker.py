@@ -34,6 +34,7 @@ from typing import Any
 
 from strata.kernels import confine, ipc
 from strata.kernels.shm import Mapping
+from strata.kernels.threads import OpenRegions
 
 # The audit guard of this worker (None for trusted workers); armed before kernel code loads.
 AUDIT: confine.AuditGuard | None = None
@@ -55,6 +56,7 @@ class Server:
         self.mirrors: dict[int, Any] = {}  # GPU: segment -> device bytes
         self.flush_buf: Any = None
         self.omp: Any = None
+        self.omp_regions: OpenRegions | None = None  # libgomp, once a kernel linked it
 
     # -- memory ------------------------------------------------------------------------------
     def h_map(self, msg: dict[str, Any], fds: list[int]) -> dict[str, Any]:
@@ -126,6 +128,10 @@ class Server:
             self.kernels[kid] = Baseline(msg["opname"], msg["baseline"])
         else:
             self.kernels[kid] = load_kernel(msg["impl"], msg["opname"], self.device)
+            if self.omp_regions is None:  # looked up here, not inside a timed run
+                from strata.kernels.threads import open_regions
+
+                self.omp_regions = open_regions()
         return {"ok": True}
 
     def h_bind(self, msg: dict[str, Any], _fds: list[int]) -> dict[str, Any]:
@@ -154,14 +160,14 @@ class Server:
         recorder = _recorder() if msg.get("record") else None
         with self._threads(threads):
             if recorder is None:
-                for thunk in thunks:
-                    thunk()
+                open_region = _call_all(thunks, self.omp_regions)
             else:
                 with recorder:
-                    for thunk in thunks:
-                        thunk()
+                    open_region = _call_all(thunks, self.omp_regions)
         _sync(self.device)
         reply: dict[str, Any] = {"done": len(thunks)}
+        if open_region:
+            reply["open_region"] = open_region
         if recorder is not None:
             reply["torch_ops"] = recorder.compute_ops()
         return reply
@@ -311,6 +317,16 @@ class _Watched:
                 audit.python_kernel = False
 
         return call
+
+
+def _call_all(thunks: list[Callable[[], Any]], regions: OpenRegions | None) -> int:
+    """Call in order; stop at a call that returned inside OpenMP regions it opened, join
+    them and return how many (0: every call closed what it opened)."""
+    for thunk in thunks:
+        thunk()
+        if regions is not None and regions.level() > 0:
+            return regions.close()
+    return 0
 
 
 def _recorder() -> Any:
