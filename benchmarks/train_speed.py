@@ -125,8 +125,8 @@ def matmul_times(cfg, batch: int, conn, reps: int = 10) -> list[tuple[str, float
     from strata.kernels.spec import get_spec
 
     s = session(conn=conn)
-    ensure_verified(s.conn, s.fingerprint, s.caps, ["matmul"], "cpu", lambda m: None)
-    choice = Choice(resolve("matmul", "cpu", s.conn, s.fingerprint, s.caps), get_spec("matmul"))
+    ensure_verified(s, ["matmul"], "cpu", lambda m: None)
+    choice = Choice(resolve("matmul", "cpu", s), get_spec("matmul"))
     m, h, kv = batch * cfg.ctx, cfg.hidden, cfg.n_kv_heads * cfg.head_dim
     weights = {"q/o proj": (h, h), "k/v proj": (h, kv), "gate/up": (h, cfg.ffn),
                "down": (cfg.ffn, h), "head": (h, cfg.vocab)}

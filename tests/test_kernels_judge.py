@@ -135,7 +135,7 @@ def test_timing_loop_cheats_lose_dispatch_and_an_honest_kernel_wins(
 
     monkeypatch.setattr(dispatch, "implementations",
                         lambda op, conn=None: [*implementations(op, conn), *cheats])
-    decision = resolve("silu_mul", "cpu", s.conn, s.fingerprint, s.caps)
+    decision = resolve("silu_mul", "cpu", s)
     assert decision.impl is None or decision.impl.origin == "builtin", decision.to_dict()
     cheat_reasons = {e.impl: e.reason for e in decision.trace
                      if e.impl in {c.name for c in cheats}}

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from strata.kernels import get
-from strata.kernels.capability import ArchRange, Device, HostCaps, Requires
+from strata.kernels.capability import ArchRange, Device, HostCaps, RecordedHost, Requires
 from strata.kernels.dispatch import FALLBACK, KERNEL, VENDOR, resolve
 from strata.kernels.impl import builtin_implementations, from_source
 from strata.kernels.ops import _quant
@@ -162,7 +162,7 @@ def test_dispatch_on_this_cpu_uses_bench_results(verified) -> None:
     triton = [f for f in figures if f.impl == "triton"]
     assert triton and all(f.note.startswith("not timed: interpreter") for f in triton)
 
-    decision = resolve("silu_mul", "cpu", s.conn, s.fingerprint, s.caps)
+    decision = resolve("silu_mul", "cpu", s)
     verdicts = {e.impl: e for e in decision.trace}
     assert decision.outcome in (KERNEL, VENDOR)
     assert "cuda" in verdicts and "capability missing" in verdicts["cuda"].reason
@@ -189,7 +189,7 @@ def test_get_returns_a_verified_kernel_that_computes_the_op(verified) -> None:
 
 def test_nothing_verified_is_a_fallback_not_a_pass(kernel_session) -> None:
     s = kernel_session
-    decision = resolve("layernorm", "cpu", s.conn, s.fingerprint, s.caps)
+    decision = resolve("layernorm", "cpu", s)
     assert decision.outcome == FALLBACK and decision.impl is None
     assert any("not verified" in e.reason for e in decision.trace)
     assert decision.trace[-1].verdict == "fallback"
@@ -249,14 +249,14 @@ def test_rdna4_trace_names_the_missing_vendor_kernels_and_the_cover(kernel_sessi
     s = kernel_session
     caps = _recorded("rdna4_rx9070xt_torch25_rocm62")
     _store_pass(s, caps, "rmsnorm", "triton", "rocm:0", None)
-    decision = resolve("rmsnorm", "rocm:0", s.conn, s.fingerprint, caps)
+    decision = resolve("rmsnorm", "rocm:0", RecordedHost(s.conn, s.fingerprint, caps))
     assert decision.notes and "unsupported" in decision.notes[0]
     assert decision.outcome == KERNEL and decision.impl.name == "triton"
     trace = {e.impl: e for e in decision.trace}
     assert "capability missing" in trace["cuda"].reason  # a CUDA kernel needs a cuda device
     assert "runs on cpu" in trace["c.avx2"].reason or "cpu" in trace["c.avx2"].reason
     # Without the Triton verdict nothing covers the device: a fallback, said as such.
-    other = resolve("softmax", "rocm:0", s.conn, s.fingerprint, caps)
+    other = resolve("softmax", "rocm:0", RecordedHost(s.conn, s.fingerprint, caps))
     assert other.outcome == FALLBACK
     assert "no verified implementation covers it" in other.trace[-1].reason
 
@@ -266,7 +266,7 @@ def test_h100_picks_the_fastest_verified_and_says_why_the_others_lost(kernel_ses
     caps = _recorded("h100_torch28_cu128")
     _store_pass(s, caps, "rmsnorm", "cuda", "cuda:0", 2.4)
     _store_pass(s, caps, "rmsnorm", "triton", "cuda:0", 1.7)
-    decision = resolve("rmsnorm", "cuda:0", s.conn, s.fingerprint, caps)
+    decision = resolve("rmsnorm", "cuda:0", RecordedHost(s.conn, s.fingerprint, caps))
     assert decision.outcome == KERNEL and decision.impl.name == "cuda"
     assert decision.speedup == pytest.approx(2.4)
     trace = {e.impl: e for e in decision.trace}
@@ -274,7 +274,8 @@ def test_h100_picks_the_fastest_verified_and_says_why_the_others_lost(kernel_ses
     assert not decision.notes  # the vendor stack supports an H100 on cu128
     # Slower than eager everywhere: the vendor path wins, reported as such.
     _store_pass(s, caps, "softmax", "triton", "cuda:0", 0.8)
-    assert resolve("softmax", "cuda:0", s.conn, s.fingerprint, caps).outcome == VENDOR
+    h100 = RecordedHost(s.conn, s.fingerprint, caps)
+    assert resolve("softmax", "cuda:0", h100).outcome == VENDOR
 
 
 def test_parallel_verification_keeps_the_order(kernel_session) -> None:

@@ -65,7 +65,7 @@ def _bench(s: Session, impl: Implementation, speedup: float,
 
 
 def _decide(s: Session, shape: dict[str, int] | None = None) -> Decision:
-    return resolve("rmsnorm", "cpu", s.conn, s.fingerprint, s.caps, shape)
+    return resolve("rmsnorm", "cpu", s, shape)
 
 
 def _why(decision: Decision, impl: str) -> tuple[str, str]:

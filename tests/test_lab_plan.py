@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from strata.kernels.capability import HostCaps
+from strata.kernels.capability import HostCaps, RecordedHost
 from strata.lab.plan import (
     LAYER_OPS,
     MISSING,
@@ -136,7 +136,7 @@ def test_rdna4_names_the_triton_kernels_and_the_missing_ones(
     _store(conn, fp, "silu_mul", "triton", "rocm:0", "pass")
     for op in ("attention_cached", "linear_q8_0"):
         _fail_all(conn, fp, op, "rocm:0")
-    cov = coverage(_tiny(), "rocm:0", conn, fp, caps)
+    cov = coverage(_tiny(), "rocm:0", RecordedHost(conn, fp, caps))
     plans = {p.op: p for p in cov.ops}
     assert list(plans) == [*LAYER_OPS, "linear_q8_0"]
     assert cov.notes and "unsupported" in cov.notes[0]
@@ -156,7 +156,7 @@ def test_rdna4_names_the_triton_kernels_and_the_missing_ones(
     # what `strata fit MODEL -B lab` prints for that device: op, kernel, why; then the verdict
     from strata.lab.plan import fit_sections
 
-    rocm = fit_sections(resolve(MODEL), conn, fp, caps)[1]
+    rocm = fit_sections(resolve(MODEL), RecordedHost(conn, fp, caps))[1]
     assert rocm.columns == ("op", "kernel", "why") and rocm.rows[0][:2] == ("rmsnorm", "triton")
     assert rocm.lines[0].startswith("vendor stack: unsupported on rocm:0")
     assert rocm.lines[-1] == f"lab on rocm:0: {cov.verdict}"
@@ -166,7 +166,7 @@ def test_every_device_of_the_host_is_planned(conn: sqlite3.Connection,
                                              rdna4: tuple[str, HostCaps]) -> None:
     """The CPU of the same host: torch's ops still run there, so an op without a verified
     kernel is a torch fallback, not a hole."""
-    both = host_coverage(_tiny(), conn, *rdna4)
+    both = host_coverage(_tiny(), RecordedHost(conn, *rdna4))
     assert [c.device for c in both] == ["cpu", "rocm:0"]
     assert {p.kernel for p in both[0].ops} == {NO_KERNEL_TORCH} and not both[0].notes
     assert {p.kernel for p in both[1].ops} == {NO_KERNEL} and both[1].notes
@@ -177,7 +177,7 @@ def test_the_cpu_runs_on_lab_kernels_when_every_op_is_verified(
     fp, caps = rdna4
     for op in [*LAYER_OPS, "linear_q8_0"]:
         _store(conn, fp, op, "c.naive", "cpu", "pass")
-    cov = coverage(_tiny(), "cpu", conn, fp, caps)
+    cov = coverage(_tiny(), "cpu", RecordedHost(conn, fp, caps))
     assert cov.runs and cov.verdict == RUNS and not cov.notes
     assert {p.kernel for p in cov.ops} == {"c.naive"}
 
@@ -194,7 +194,7 @@ def _with_types(spec: ModelSpec, types: dict[str, str]) -> ModelSpec:
 def test_a_q6_k_head_and_a_bf16_matrix_are_named_as_unread(
         conn: sqlite3.Connection, rdna4: tuple[str, HostCaps]) -> None:
     spec = _with_types(_tiny(), {"output.weight": "Q6_K", "blk.0.ffn_down.weight": "BF16"})
-    cov = coverage(spec, "cpu", conn, *rdna4)
+    cov = coverage(spec, "cpu", RecordedHost(conn, *rdna4))
     assert cov.unread == ["BF16", "Q6_K"] and not cov.runs
     assert [p.op for p in cov.ops] == [*LAYER_OPS, "linear_q8_0"]
     assert "a lab op reading BF16 weights, a lab op reading Q6_K weights" in cov.verdict
@@ -204,7 +204,7 @@ def test_a_q6_k_head_and_a_bf16_matrix_are_named_as_unread(
 
 def test_an_architecture_the_lab_does_not_run_is_a_blocker(
         conn: sqlite3.Connection, rdna4: tuple[str, HostCaps]) -> None:
-    cov = coverage(replace(_tiny(), arch="gemma2"), "cpu", conn, *rdna4)
+    cov = coverage(replace(_tiny(), arch="gemma2"), "cpu", RecordedHost(conn, *rdna4))
     assert cov.verdict.startswith("does not run on lab: ") and "not gemma2" in cov.verdict
 
 
@@ -251,7 +251,7 @@ def test_fit_lab_prints_the_coverage_table_piped_at_80_columns(tmp_path: Path) -
         mp.setenv("STRATA_HOME", str(home))
         s = session(conn=db)
         assert s.fingerprint == fp
-        sections = fit_sections(resolve(MODEL), db, fp, s.caps)
+        sections = fit_sections(resolve(MODEL), RecordedHost(db, fp, s.caps))
     cpu = sections[0]
     assert_whole(proc.stdout, section_table(cpu))  # every row on one line, nothing cut
     assert ("rmsnorm", "c.naive") in [row[:2] for row in cpu.rows]

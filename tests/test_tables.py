@@ -236,7 +236,7 @@ def test_kernels_tables_piped(home: Path) -> None:
     assert "…" not in stdout
 
     stdout = cli(home, "kernels", "explain", "silu_mul")
-    decision = resolve("silu_mul", "cpu", s.conn, s.fingerprint, s.caps)
+    decision = resolve("silu_mul", "cpu", s)
     lines = stdout.splitlines()
     for e in decision.trace:  # box-less table: impl, decision and why on one line
         assert any(line.startswith(e.impl) and e.reason in line for line in lines), e

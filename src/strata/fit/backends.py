@@ -52,9 +52,10 @@ class FitSection:
         return {"title": self.title, **self.data}
 
 
-# (model, results DB, host fingerprint, the kernel lab's HostCaps) -> sections; called by the
-# fit command, which holds the host (typed loosely: fit does not import the kernel lab)
-SectionsFor = Callable[[ResolvedModel, Any, str, Any], list[FitSection]]
+# (model, the host: results DB, fingerprint and the kernel lab's HostCaps) -> sections;
+# called by the fit command, which holds the host (typed loosely: fit does not import the
+# kernel lab)
+SectionsFor = Callable[[ResolvedModel, Any], list[FitSection]]
 
 
 @dataclass(frozen=True)

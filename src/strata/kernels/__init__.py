@@ -28,8 +28,8 @@ class Choice:
     _kernel: Any = None
     _checked: bool = False
     caps: Any = None  # HostCaps, to build a confined kernel (None: this host's, probed)
-    # (conn, fingerprint, caps) to verify an external kernel on demand at a shape it was
-    # never verified at; None: such calls take the vendor path
+    # the KernelHost to verify an external kernel on demand at a shape it was never verified
+    # at; None: such calls take the vendor path
     host: Any = None
     _shapes: dict[tuple[Any, ...], bool] = field(default_factory=dict)
 
@@ -118,7 +118,7 @@ class Choice:
         if shape and self.host is not None:
             from strata.kernels.verify import verify_at
 
-            verdict = verify_at(impl, shape, *self.host)
+            verdict = verify_at(impl, shape, self.host)
             ok = verdict.passed
             text = f"{why}: verified on demand at it ({verdict.status}" + \
                 (f": {verdict.reason}: {verdict.message})" if not ok else ")")
@@ -213,14 +213,13 @@ def _ready(impl: Any, caps: Any) -> Any:
 
 
 def choose(host: Any, ops: list[str] | tuple[str, ...], device: str) -> dict[str, Choice]:
-    """op -> Choice on `device` of `host` (anything with conn, fingerprint and caps: a
-    strata.host.Host): what `get`, the -B lab backend and training dispatch through."""
+    """op -> Choice on `device` of `host` (a KernelHost: strata.host.Host, a kernel
+    session, a RecordedHost): what `get`, the -B lab backend and training dispatch through."""
     from strata.kernels.dispatch import resolve
     from strata.kernels.spec import get_spec
 
-    where = (host.conn, host.fingerprint, host.caps)
-    return {op: Choice(resolve(op, device, *where), get_spec(op), caps=host.caps,
-                       host=where) for op in ops}
+    return {op: Choice(resolve(op, device, host), get_spec(op), caps=host.caps, host=host)
+            for op in ops}
 
 
 def get(op: str, device: str = "cpu", db: Path | None = None) -> Choice:

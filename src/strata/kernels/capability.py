@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import re
 import shutil
+import sqlite3
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from strata.hardware.profile import HostProfile
 from strata.hardware.vendors import all_vendors, device_for_gpu, torch_device
@@ -81,6 +83,30 @@ def triton_installed() -> bool:
     import importlib.util
 
     return importlib.util.find_spec("triton") is not None
+
+
+class KernelHost(Protocol):
+    """Where dispatch and verification look: the results store, the host's fingerprint in it
+    and what the host can run. A `strata.host.Host` (this machine) or a `RecordedHost`."""
+
+    @property
+    def conn(self) -> sqlite3.Connection: ...
+
+    @property
+    def fingerprint(self) -> str: ...
+
+    @property
+    def caps(self) -> HostCaps: ...
+
+
+@dataclass(frozen=True)
+class RecordedHost:
+    """A host known from recorded data, not probed here (a GPU this machine lacks): its
+    fingerprint in `conn` and the capabilities its recorded probe gives."""
+
+    conn: sqlite3.Connection
+    fingerprint: str
+    caps: HostCaps
 
 
 def host_caps(profile: HostProfile) -> HostCaps:

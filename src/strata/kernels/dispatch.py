@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from strata.kernels.bench import WRONG_AT_SHAPE
-from strata.kernels.capability import HostCaps
+from strata.kernels.capability import HostCaps, KernelHost
 from strata.kernels.dialects import get_dialect
 from strata.kernels.impl import Implementation
 from strata.kernels.plausibility import IMPLAUSIBLE, NOISY_BASELINE
@@ -328,8 +328,7 @@ def _trace_accepted(decision: Decision, timed: list[Candidate],
                                          "every verified implementation here"))
 
 
-def resolve(op: str, device: str, conn: sqlite3.Connection, fingerprint: str,
-            caps: HostCaps, shape: Shape | None = None) -> Decision:
-    """Dispatch `op` on `device`; with `shape`, for calls at that shape (an external kernel
-    serves only where it was verified and benchmarked)."""
-    return Resolver(conn, fingerprint, caps).resolve(get_spec(op), device, shape)
+def resolve(op: str, device: str, host: KernelHost, shape: Shape | None = None) -> Decision:
+    """Dispatch `op` on `device` of `host`; with `shape`, for calls at that shape (an
+    external kernel serves only where it was verified and benchmarked)."""
+    return Resolver(host.conn, host.fingerprint, host.caps).resolve(get_spec(op), device, shape)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable, Iterable
 
-from strata.kernels.capability import HostCaps
+from strata.kernels.capability import HostCaps, KernelHost
 from strata.kernels.dispatch import unrunnable_reason
 from strata.kernels.impl import Implementation
 from strata.kernels.registry import implementations
@@ -22,10 +22,11 @@ from strata.kernels.verify import VerifyContext, verify_many
 from strata.store.kernels import latest_verification
 
 
-def ensure_verified(conn: sqlite3.Connection, fingerprint: str, caps: HostCaps,
-                    ops: Iterable[str], device: str, say: Callable[[str], None],
-                    why: str = "", timeout_s: float = 300.0, jobs: int = 2) -> None:
+def ensure_verified(host: KernelHost, ops: Iterable[str], device: str,
+                    say: Callable[[str], None], why: str = "", timeout_s: float = 300.0,
+                    jobs: int = 2) -> None:
     """Verify, per op lacking a pass on `device`, its runnable built-ins until one passes."""
+    conn, fingerprint, caps = host.conn, host.fingerprint, host.caps
     queues = {op: _pending(conn, fingerprint, candidates(conn, caps, op, device), device)
               for op in ops}
     queues = {op: q for op, q in queues.items() if q}

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from strata.kernels import checks
-from strata.kernels.capability import HostCaps
+from strata.kernels.capability import HostCaps, KernelHost
 from strata.kernels.dialects import get_dialect
 from strata.kernels.dialects.base import KernelRefused, prepared
 from strata.kernels.impl import Implementation
@@ -204,17 +204,16 @@ def finish(pending: Pending, result: dict[str, Any], ctx: VerifyContext) -> Verd
     return verdict
 
 
-def verify_at(impl: Implementation, shape: dict[str, int], conn: sqlite3.Connection,
-              fingerprint: str, caps: HostCaps) -> Verdict:
+def verify_at(impl: Implementation, shape: dict[str, int], host: KernelHost) -> Verdict:
     """Verify `impl` at one more shape (a production call outside what it was verified and
     benchmarked at): sandboxed like any verification, stored, so dispatch's coverage grows —
     or, if it fails, the latest verdict rejects the kernel everywhere."""
-    ctx = VerifyContext(conn, fingerprint, caps, force=True)
+    ctx = VerifyContext(host.conn, host.fingerprint, host.caps, force=True)
     p = plan(impl, ctx)
     if not isinstance(p, Pending):
         return p
     p.job["shapes"] = [shape]
-    return finish(p, run_pending(p, caps), ctx)
+    return finish(p, run_pending(p, host.caps), ctx)
 
 
 def verify(impl: Implementation, ctx: VerifyContext) -> Verdict:

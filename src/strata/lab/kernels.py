@@ -52,7 +52,7 @@ class Kernels:
 
         where = key_for(device)
         host = this_host(conn)
-        ensure_verified(host.conn, host.fingerprint, host.caps, ops, where, say, " for -B lab")
+        ensure_verified(host, ops, where, say, " for -B lab")
         return cls(device, choose(host, ops, where))
 
     def call(self, op: str, out: torch.Tensor, *inputs: torch.Tensor,

@@ -3,17 +3,16 @@ and which ops have none — from the model's metadata and the stored verdicts al
 loaded, built or verified; docs/architecture.md §7 dispatch).
 
     ops, unread = ops_for(["Q8_0", "F32"])      # the lab ops, the storage types none reads
-    cov = coverage(spec, "rocm:0", conn, fingerprint, caps)
+    cov = coverage(spec, "rocm:0", host)        # host: a KernelHost
     cov.verdict  # "runs on lab kernels" | "runs here once these kernels exist: ..."
 
-Works on a recorded probe too (HostCaps of a GPU that is not here), so `strata fit MODEL -B
-lab` can say what a device the vendor stack cannot drive still lacks. No torch import here:
-`strata fit` plans without loading anything.
+Works on a recorded probe too (a RecordedHost: HostCaps of a GPU that is not here), so
+`strata fit MODEL -B lab` can say what a device the vendor stack cannot drive still lacks.
+No torch import here: `strata fit` plans without loading anything.
 """
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -23,7 +22,7 @@ from strata.models.spec import ModelSpec
 
 if TYPE_CHECKING:
     from strata.fit.backends import FitSection
-    from strata.kernels.capability import HostCaps
+    from strata.kernels.capability import KernelHost
     from strata.models.source import ResolvedModel
 
 # GGML storage type of a 2-D weight -> the lab op that multiplies activations by it
@@ -150,10 +149,9 @@ def _kernel(decision: Decision) -> str:
 _WHY = {KERNEL: _chosen, VENDOR: _chosen, FALLBACK: _fallback}
 
 
-def plan_op(op: str, device: str, conn: sqlite3.Connection, fingerprint: str,
-            caps: HostCaps) -> tuple[OpPlan, list[str]]:
+def plan_op(op: str, device: str, host: KernelHost) -> tuple[OpPlan, list[str]]:
     """(what would serve `op` on `device`, the vendor stack's notes on the device)."""
-    decision = resolve(op, device, conn, fingerprint, caps)
+    decision = resolve(op, device, host)
     state, why = _WHY[decision.outcome](decision)
     return OpPlan(op, _kernel(decision), decision.outcome, state, why), decision.notes
 
@@ -172,25 +170,24 @@ def _blockers(spec: ModelSpec) -> list[str]:
     return out
 
 
-def coverage(spec_or_types: ModelSpec | Iterable[str], device: str, conn: sqlite3.Connection,
-             fingerprint: str, caps: HostCaps) -> Coverage:
+def coverage(spec_or_types: ModelSpec | Iterable[str], device: str,
+             host: KernelHost) -> Coverage:
     """What would serve each op of the model on `device` (a dispatch device key: cpu,
-    cuda:0, rocm:0) of the host `caps` describes, by the verdicts stored for `fingerprint`."""
+    cuda:0, rocm:0) of `host`, by the verdicts stored for it."""
     is_spec = isinstance(spec_or_types, ModelSpec)
     types = matrix_types(spec_or_types) if is_spec else list(spec_or_types)
     ops, unread = ops_for(types)
     cov = Coverage(device, [], unread, _blockers(spec_or_types) if is_spec else [])
     for op in ops:
-        plan, notes = plan_op(op, device, conn, fingerprint, caps)
+        plan, notes = plan_op(op, device, host)
         cov.ops.append(plan)
         cov.notes = cov.notes or notes
     return cov
 
 
-def host_coverage(spec: ModelSpec, conn: sqlite3.Connection, fingerprint: str,
-                  caps: HostCaps) -> list[Coverage]:
+def host_coverage(spec: ModelSpec, host: KernelHost) -> list[Coverage]:
     """Coverage on every device of the host (cpu first)."""
-    return [coverage(spec, d.key, conn, fingerprint, caps) for d in caps.devices]
+    return [coverage(spec, d.key, host) for d in host.caps.devices]
 
 
 # -- strata fit -B lab ----------------------------------------------------------------------
@@ -207,9 +204,8 @@ def section(cov: Coverage, ref: str) -> FitSection:
                       {"coverage": cov.to_dict()})
 
 
-def fit_sections(model: ResolvedModel, conn: sqlite3.Connection, fingerprint: str,
-                 caps: HostCaps) -> list[FitSection]:
+def fit_sections(model: ResolvedModel, host: KernelHost) -> list[FitSection]:
     """The op coverage of every device of this host (the lab backend's `sections` rule)."""
     spec = model.spec_for("gguf")
     assert spec is not None  # the lab's runtime rule refused a model without a GGUF form
-    return [section(c, model.ref) for c in host_coverage(spec, conn, fingerprint, caps)]
+    return [section(c, model.ref) for c in host_coverage(spec, host)]

@@ -388,8 +388,7 @@ class LabOps:
 
         self.device = device
         host = this_host(conn)
-        ensure_verified(host.conn, host.fingerprint, host.caps, needed_ops(), device, say,
-                        " for training")
+        ensure_verified(host, needed_ops(), device, say, " for training")
         # matmul is resolved from what this host already verified and benchmarked, never
         # verified here: ensure_verified would sandbox-verify its built-ins on a fresh home,
         # and dispatch then picks a verified, unbenchmarked built-in at unknown speed, while
