@@ -86,8 +86,12 @@ def test_weights_of_a_real_gguf_are_its_exact_tensor_bytes(strata_home: Path) ->
     assert report.row("cpu").placement.device.weights == file_bytes
     own = next(q for q in report.quants if q.quant == "q4_0")
     assert own.exact and own.weight_bytes == file_bytes
+    # another mix of the file: exact by llama.cpp's rules; F16 by hand: every matrix at 2
+    # bytes a value, norms kept at F32
     f16 = next(q for q in report.quants if q.quant == "f16")
-    assert not f16.exact  # other quantisations of a file are estimates, and say so
+    by_hand = sum(2 * int(t.n_elements) if len(t.shape) == 2 else 4 * int(t.n_elements)
+                  for t in reader.tensors)
+    assert f16.exact and f16.weight_bytes == by_hand
 
 
 def test_synthetic_presets_are_planned_without_writing_anything(strata_home: Path) -> None:
@@ -168,11 +172,14 @@ def test_a_70b_from_headers_partially_offloads_on_an_h100(llama70b: tuple[Path, 
     assert gpu.verdict == PARTIAL and 0 < gpu.placement.blocks < 80
     assert gpu.placement.ngl == gpu.placement.blocks + 1  # -ngl counts the output layer
     assert report.row("cpu").verdict == FITS  # 256 GiB of RAM holds it whole
-    # q4_0 estimated from the parameter count: matrices x 18/32 B, norms at f32
-    params_2d = sum(s[0] * s[1] for _n, s in _hf_tensors(LLAMA_70B) if len(s) == 2)
+    # q4_0 by llama.cpp's rules, by hand: the head (lm_head, 8192 columns: whole 256-blocks)
+    # at Q6_K (210 B per 256), every other matrix at Q4_0 (18 B per 32), norms at f32
+    head = LLAMA_70B["vocab_size"] * LLAMA_70B["hidden_size"]
+    params_2d = sum(s[0] * s[1] for _n, s in _hf_tensors(LLAMA_70B) if len(s) == 2) - head
     params_1d = sum(s[0] for _n, s in _hf_tensors(LLAMA_70B) if len(s) == 1)
     q4 = next(q for q in report.quants if q.quant == "q4_0")
-    assert not q4.exact and q4.weight_bytes == params_2d * 18 // 32 + params_1d * 4
+    assert q4.exact and q4.weight_bytes == params_2d * 18 // 32 + head * 210 // 256 + \
+        params_1d * 4
     assert "q4_0" in gpu.quants and "f16" not in gpu.quants and "q8_0" in gpu.quants
 
 
@@ -182,7 +189,8 @@ def test_a_70b_does_not_fit_a_4090_desktop(llama70b: tuple[Path, int]) -> None:
     # 24 GB of GPU + 48 GiB of RAM < 141 GB: the layers left on the CPU do not fit in RAM
     assert gpu.verdict == NO and "RAM" in gpu.reason
     assert report.row("cpu").verdict == NO
-    assert report.row("cpu").quants == ["q4_0"]  # ~40 GB fits the 48 GiB of RAM whole
+    # ~40 GB fits the 48 GiB of RAM whole, and the smaller mixes
+    assert report.row("cpu").quants == ["q4_k_m", "q4_0", "q3_k_m", "q2_k"]
 
 
 def test_hf_config_missing_fields_is_an_input_error(tmp_path: Path) -> None:
@@ -247,12 +255,13 @@ def test_full_offload_on_h100_and_the_largest_context_on_a_4090() -> None:
 
 def test_quantisations_that_fit_each_device() -> None:
     report = plan("synthetic:llama-3.1-8b@q4_0", "rtx4090_24gb", ctx=8192)
-    assert report.row("cuda:0").quants == ["f16", "q8_0", "q4_0"]  # f32 (32 GB) does not
-    assert report.row("cpu").quants == ["f32", "f16", "q8_0", "q4_0"]  # 48 GiB of RAM
+    mixes = ["q8_0", "q6_k", "q5_k_m", "q4_k_m", "q4_0", "q3_k_m", "q2_k", "f16"]
+    assert report.row("cuda:0").quants == mixes  # f16's 16 GB too
+    assert report.row("cpu").quants == mixes  # 48 GiB of RAM
     long = plan("synthetic:llama-3.1-8b@q4_0", "rtx4090_24gb", ctx=131072)
     # 16 GiB of KV + 8 GiB of f32 attention scores (no flash attention) at 128k: nothing whole
     assert long.row("cuda:0").quants == [] and long.row("cuda:0").verdict == PARTIAL
-    assert long.row("cpu").quants == ["f16", "q8_0", "q4_0"]
+    assert long.row("cpu").quants == mixes
     weights = {q.quant: q.weight_bytes for q in report.quants}
     preset = get_preset("llama-3.1-8b")
     for quant, nbytes in weights.items():

@@ -171,7 +171,8 @@ def _offload_json(row: DeviceFit) -> dict[str, Any]:
 def _model_summary(model: ResolvedModel, rt: Runtime) -> dict[str, Any]:
     s = rt.spec
     return {"ref": model.ref, "kind": model.kind, "arch": s.arch, "params": s.params(),
-            "weight_bytes": s.weight_bytes(), "dtype": s.main_dtype(), "n_layers": s.n_layers,
+            "weight_bytes": s.weight_bytes(), "dtype": s.main_dtype(), "quant": s.quant_label(),
+            "bytes_by_type": s.bytes_by_type(), "n_layers": s.n_layers,
             "n_heads": s.n_heads, "n_kv_heads": s.n_kv_heads, "head_dim": s.head_dim,
             "hidden": s.hidden, "ffn": s.ffn, "vocab": s.vocab, "ctx_max": s.ctx_max,
             "kv_type": rt.kv_type, "runtime_dtype": rt.runtime_dtype}

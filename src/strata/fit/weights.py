@@ -1,11 +1,13 @@
 """Weight bytes of a model at other storage types, from metadata only.
 
-A synthetic preset is exact at every listed quantisation (the writer's own tensor plan, no
-file written). A GGUF or Hugging Face model is exact at its own storage type and estimated at
-the others from its tensors' element counts: matrices at the quantisation's bytes per weight
-(q8_0 34/32, q4_0 18/32, f16 2, f32 4; a matrix whose rows are not whole blocks falls back to
-f16, as llama.cpp's quantizer does), 1-D tensors (norms, biases) and a mixture of experts'
-router (ffn_gate_inp, which llama.cpp's quantizer never quantises) at f32.
+llama.cpp's mixes (Q8_0, Q6_K, Q5_K_M, Q4_K_M, Q4_0, Q3_K_M, Q2_K, F16) are exact for any
+model whose tensors carry llama.cpp's names (a GGUF file, a synthetic preset): llama.cpp's own
+per-tensor rules (models/mixes.py) give every tensor's type from names and shapes, and the
+type gives its bytes. Other sources (a Hugging Face checkpoint's names) and other types
+(f32) are estimated from element counts: matrices at the type's bytes per weight (a matrix
+whose rows are not whole blocks at the type llama.cpp falls back to), 1-D tensors (norms,
+biases) and a mixture of experts' router (ffn_gate_inp, which llama.cpp's quantizer never
+quantises) at f32.
 """
 
 from __future__ import annotations
@@ -13,9 +15,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from strata.models import mixes
 from strata.models.source import ResolvedModel
 from strata.models.spec import ModelSpec, TensorInfo
-from strata.models.synthetic import QUANTS, STORAGES, SyntheticModel, parse_ref
+from strata.models.synthetic import QUANTS, SyntheticModel, parse_ref
 
 # Storage-type names of the float dtypes a torch model runs in.
 FLOAT_STORAGE = {"float32": "F32", "float16": "F16", "bfloat16": "BF16"}
@@ -24,7 +27,7 @@ _FLOAT_BYTES = {"F32": 4, "F16": 2, "BF16": 2}
 
 @dataclass(frozen=True)
 class QuantSpec:
-    quant: str  # "f32", "f16", "q8_0", "q4_0"
+    quant: str  # "f32", "f16", "q8_0", "q4_k_m", ...
     spec: ModelSpec
     exact: bool  # False: estimated from element counts
 
@@ -35,10 +38,9 @@ ROUTER = ".ffn_gate_inp.weight"  # MoE router: kept at F32 (llama-quantize skips
 def _storage_for(t: TensorInfo, quant: str) -> tuple[str, int]:
     q = QUANTS[quant]
     if len(t.shape) < 2 or t.name.endswith(ROUTER):
-        return "F32", STORAGES["F32"].nbytes(t.elements)
-    matrix = STORAGES[q.matrix]
-    storage = matrix if t.shape[-1] % matrix.block == 0 else STORAGES[q.fallback]
-    return storage.name, storage.nbytes(t.elements)
+        return "F32", mixes.nbytes("F32", t.elements)
+    dtype = q.matrix if t.shape[-1] % mixes.BLOCKS[q.matrix][0] == 0 else q.fallback
+    return dtype, mixes.nbytes(dtype, t.elements)
 
 
 def requantised(spec: ModelSpec, quant: str) -> ModelSpec:
@@ -67,11 +69,28 @@ def _synthetic(model: ResolvedModel, quant: str) -> ModelSpec:
 EXACT_AT: dict[str, Callable[[ResolvedModel, str], ModelSpec]] = {"synthetic": _synthetic}
 
 
+def _llama_names(spec: ModelSpec) -> bool:
+    """Tensors named as llama.cpp names them (blk.N.attn_v.weight): its rules apply."""
+    return any(t.name.startswith("blk.") for t in spec.tensors)
+
+
+def at_mix(spec: ModelSpec, mix: mixes.Mix) -> ModelSpec:
+    """`spec` stored as llama-quantize would store it at `mix` (exact: llama.cpp's rules)."""
+    if spec.file_type == mix.name:
+        return spec  # as stored
+    return replace(spec, tensors=mixes.requantised(spec, mix), file_type=mix.name,
+                   notes=[*spec.notes, f"weights at {mix.name} by llama.cpp's per-tensor rules"])
+
+
 def at_quant(model: ResolvedModel, spec: ModelSpec, quant: str) -> QuantSpec:
-    """The model's GGUF weights at `quant`: exact where the source knows, else estimated."""
+    """The model's GGUF weights at `quant`: exact where the source or llama.cpp's rules
+    know, else estimated."""
     exact = EXACT_AT.get(model.kind)
     if exact is not None:
         return QuantSpec(quant, exact(model, quant), True)
-    if spec.main_dtype() == QUANTS[quant].matrix:
+    mix = mixes.MIXES.get(quant)
+    if mix is not None and _llama_names(spec):
+        return QuantSpec(quant, at_mix(spec, mix), True)
+    if spec.quant_label() == QUANTS[quant].matrix:
         return QuantSpec(quant, spec, True)
     return QuantSpec(quant, requantised(spec, quant), False)

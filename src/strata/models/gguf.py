@@ -449,7 +449,14 @@ def spec_from_layout(path: Path, layout: Layout,
         ctx_max=meta.count("context_length", 0),
         tied_embeddings=not any(t.name == OUTPUT for t in tensors),
         tensors=tensors, source="gguf", notes=notes, **_moe(meta, tensors, ffn),
+        file_type=_file_type(kv.get("general.file_type")),
     )
+
+
+def _file_type(value: object) -> str | None:
+    from strata.models.mixes import file_type_name
+
+    return file_type_name(value) if isinstance(value, int) else None
 
 
 def read_spec(path: Path) -> ModelSpec:

@@ -68,6 +68,9 @@ class ModelSpec:
     n_experts: int = 0
     n_experts_used: int = 0
     expert_ffn: int = 0
+    # llama.cpp's name of the file's mix ("Q4_K_M", from general.file_type); None where the
+    # source does not say (a Hugging Face checkpoint, an old GGUF)
+    file_type: str | None = None
 
     @property
     def is_moe(self) -> bool:
@@ -83,12 +86,21 @@ class ModelSpec:
     def tensor(self, name: str) -> TensorInfo | None:
         return next((t for t in self.tensors if t.name == name), None)
 
-    def main_dtype(self) -> str:
-        """The storage type holding most bytes (what people call the model's quant)."""
+    def bytes_by_type(self) -> dict[str, int]:
+        """Stored bytes per storage type, largest first (a K-quant file is a mix)."""
         by_type: dict[str, int] = {}
         for t in self.tensors:
             by_type[t.dtype] = by_type.get(t.dtype, 0) + t.nbytes
-        return max(by_type, key=by_type.__getitem__) if by_type else "?"
+        return dict(sorted(by_type.items(), key=lambda kv: -kv[1]))
+
+    def main_dtype(self) -> str:
+        """The storage type holding most bytes (what a kernel mostly reads)."""
+        return next(iter(self.bytes_by_type()), "?")
+
+    def quant_label(self) -> str:
+        """What people call the model's quantisation: the file's own mix name where it has
+        one ("Q4_K_M": its largest type may be Q5_0 or Q8_0), else the largest type."""
+        return self.file_type or self.main_dtype()
 
     # -- mixture of experts ----------------------------------------------------------------
     def expert_tensors(self) -> list[TensorInfo]:
@@ -176,7 +188,8 @@ class ModelSpec:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["tensors"] = len(self.tensors)
-        d.update(params=self.params(), weight_bytes=self.weight_bytes(), dtype=self.main_dtype())
+        d.update(params=self.params(), weight_bytes=self.weight_bytes(), dtype=self.main_dtype(),
+                 quant=self.quant_label(), bytes_by_type=self.bytes_by_type())
         if self.is_moe:
             d.update(expert_bytes=self.expert_bytes(),
                      active_weight_bytes=self.active_weight_bytes(),

@@ -35,6 +35,7 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from strata.errors import InputError
+from strata.models.mixes import FALLBACK, FTYPE_NAMES, MIXES
 from strata.models.presets import Preset, get_preset
 from strata.models.source import ResolvedModel, register
 from strata.models.spec import OUTPUT, TOKEN_EMBD, ModelSpec, TensorInfo
@@ -135,6 +136,7 @@ class Quant:
     fallback: str  # for a matrix whose rows are not a whole number of blocks
     file_type: int  # llama.cpp LLAMA_FTYPE (general.file_type)
     hf: str  # safetensors storage: torch runs weights unquantised
+    mix: bool = False  # a llama.cpp mix: written by llama.cpp's quantizer (synthetic_mix)
 
 
 QUANTS: dict[str, Quant] = {
@@ -142,6 +144,9 @@ QUANTS: dict[str, Quant] = {
     "f16": Quant("F16", "F16", 1, "F16"),
     "q8_0": Quant("Q8_0", "F16", 7, "F16"),
     "q4_0": Quant("Q4_0", "F16", 2, "F16"),
+    # llama.cpp's K-quant mixes: per-tensor types by llama.cpp's rules (models/mixes.py)
+    **{m.key: Quant(m.default, FALLBACK[m.default], m.ftype, "F16", mix=True)
+       for m in MIXES.values() if m.default in FALLBACK},
 }
 
 # ---------------------------------------------------------------------------------------
@@ -239,9 +244,14 @@ class SyntheticModel:
             n_kv_heads=p.n_kv_heads, head_dim=p.head_dim, hidden=p.hidden, ffn=p.ffn,
             vocab=p.vocab, ctx_max=p.ctx_max, tied_embeddings=p.tied_embeddings,
             tensors=[t.info() for t in tensors], source="synthetic", notes=notes,
-            n_experts=p.n_experts, n_experts_used=p.n_experts_used, expert_ffn=p.expert_ffn)
+            n_experts=p.n_experts, n_experts_used=p.n_experts_used, expert_ffn=p.expert_ffn,
+            file_type=FTYPE_NAMES[QUANTS[self.quant].file_type])
 
     def gguf_spec(self) -> ModelSpec:
+        if QUANTS[self.quant].mix:
+            from strata.models.synthetic_mix import mix_spec
+
+            return mix_spec(self)
         tensors, q = self.gguf_tensors(), QUANTS[self.quant]
         notes = [f"random weights with {self.preset.name}'s shapes ({self.preset.source})"]
         odd = [t.name for t in tensors if len(t.shape) >= 2 and t.storage.name != q.matrix
@@ -263,14 +273,26 @@ class SyntheticModel:
     def content_key(self, fmt: str) -> str:
         """Directory name in the cache: readable prefix + hash of everything written."""
         storage = self.quant if fmt == "gguf" else QUANTS[self.quant].hf.lower()
+        writer: Any = WRITER_VERSION
+        if fmt == "gguf" and QUANTS[self.quant].mix:
+            from strata.models.synthetic_mix import writer_tag
+
+            writer = [WRITER_VERSION, writer_tag()]
         blob = json.dumps({"preset": self.preset.values(), "format": fmt, "storage": storage,
-                           "writer": WRITER_VERSION}, sort_keys=True)
+                           "writer": writer}, sort_keys=True)
         digest = hashlib.sha256(blob.encode()).hexdigest()[:16]
         return f"{self.preset.name}-{fmt}-{storage}-{digest}"
 
     def gguf_path(self) -> Path:
         """The GGUF file, written on first use."""
         name = f"{self.preset.name}-{self.quant}.gguf"
+        if QUANTS[self.quant].mix:
+            from strata.models.synthetic_mix import write_mix
+
+            folder = _materialise(self, self.content_key("gguf"),
+                                  self.gguf_spec().weight_bytes(),
+                                  lambda d: write_mix(self, d / name))
+            return folder / name
         size = sum(t.nbytes for t in self.gguf_tensors())
         folder = _materialise(self, self.content_key("gguf"), size,
                               lambda d: write_gguf(self, d / name))

@@ -29,8 +29,8 @@ def _max_ctx(row: DeviceFit) -> str:
 def fit_table(report: FitReport) -> Table:
     o = report.options
     kv = report.model["kv_type"]
-    title = (f"strata fit · {report.model['ref']} · {o.backend} · ctx {o.ctx:,} x batch "
-             f"{o.batch} · KV {kv}")
+    title = (f"strata fit · {report.model['ref']} ({report.model['quant']}) · {o.backend} · "
+             f"ctx {o.ctx:,} x batch {o.batch} · KV {kv}")
     t = Table(title=plain(title), title_justify="left")  # the model ref as typed
     for col, just in (("device", "left"), ("weights", "right"), ("KV", "right"),
                       ("buffers", "right"), ("overhead", "right"), ("total", "right"),
@@ -117,8 +117,14 @@ def note_lines(report: FitReport) -> list[Text]:
     return [Text(line, style="dim") for line in _notes(report)]
 
 
+def _stored_line(report: FitReport) -> str:
+    """A mix is many types: what the file holds of each (a Q4_K_M's largest may be Q5_0)."""
+    parts = ", ".join(f"{t} {size(n)}" for t, n in report.model["bytes_by_type"].items())
+    return f"weights as stored ({report.model['quant']}): {parts}"
+
+
 def _notes(report: FitReport) -> list[str]:
-    lines = [_quants_line(report)]
+    lines = [_stored_line(report), _quants_line(report)]
     for row in report.rows:
         host = row.placement.host
         if host is not None and row.verdict in (FITS, PARTIAL):
@@ -147,6 +153,8 @@ def _offload_lines(row: DeviceFit) -> list[str]:
 def _quants_line(report: FitReport) -> str:
     weights = ", ".join(f"{q.quant} {size(q.weight_bytes)}" + ("" if q.exact else " (est.)")
                         for q in report.quants)
+    if report.quants and all(q.exact for q in report.quants):
+        weights += " (all exact)"
     fits = "; ".join(f"{r.budget.device}: {' '.join(r.quants) or 'none'}" for r in report.rows)
     return (f"weights at each quantisation: {weights}. Whole on the device at ctx "
             f"{report.options.ctx:,}: {fits}")

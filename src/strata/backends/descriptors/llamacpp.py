@@ -51,9 +51,11 @@ def _quant(model: ResolvedModel, rt: Runtime, quant: str) -> QuantSpec:
 def _fit() -> BackendRules:
     from strata.fit.backends import BackendRules
     from strata.fit.memory import LLAMACPP_CPU, LLAMACPP_GPU
+    from strata.models.mixes import MIXES
 
-    return BackendRules("llamacpp", ("f16", "q8_0", "q4_0"), ("f32", "f16", "q8_0", "q4_0"),
-                        True, {"cpu": LLAMACPP_CPU, "gpu": LLAMACPP_GPU}, _runtime, _quant)
+    # what users choose between: llama.cpp's mixes, sized by its per-tensor rules
+    return BackendRules("llamacpp", ("f16", "q8_0", "q4_0"), tuple(MIXES), True,
+                        {"cpu": LLAMACPP_CPU, "gpu": LLAMACPP_GPU}, _runtime, _quant)
 
 
 # quality: the GGUF as llama.cpp runs it (quantised kernels, f16 KV cache: its defaults),
