@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import itertools
 import json
 import math
@@ -25,7 +26,16 @@ from strata.kernels.gen.metrics import (
 )
 from strata.kernels.gen.records import Attempt, Timing
 from strata.views import kernels_gen as views
-from strata.views.kernels import emit
+from strata.views.output import emit as emit_to
+
+
+def emit(records: list[dict], fmt: str, columns: tuple[str, ...],
+         numeric: tuple[str, ...] = ()) -> str:
+    """What `-o fmt` prints for these records (views.output.emit, md: these columns, these
+    right-aligned)."""
+    buf = io.StringIO()
+    emit_to(Console(file=buf), fmt, records, md_columns=columns, md_numeric=numeric)
+    return buf.getvalue()
 
 
 def att(op: str, sample: int, turn: int, status: str, eager: float | None = None,

@@ -82,6 +82,9 @@ def test_add_registers_an_external_kernel_and_dispatch_sees_it(home: Path,
     (["kernels", "bench", "rmsnorm", "--cache", "tepid"], "--cache tepid"),
     (["kernels", "bench", "rmsnorm", "--max-time", "0"], "--max-time"),
     (["kernels", "list", "-o", "xml"], "--format xml"),
+    # sql is llama-bench's `test` table, bench's and history's alone
+    (["kernels", "list", "-o", "sql"], "--format sql: choose one of table, md, csv, json, jsonl"),
+    (["kernels", "attempts", "-o", "sql"], "--format sql"),
     (["kernels", "explain", "rmsnorm", "--device", "cuda:3"], "--device cuda:3"),
     (["kernels", "add", "/no/such/kernel.c"], "not found"),
 ])

@@ -70,3 +70,24 @@ def test_emit_lives_in_views() -> None:
     tree = ast.parse((SRC / "cli" / "output.py").read_text(encoding="utf-8"))
     defined = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
     assert "emit" not in defined, "cli/output.py defines emit again: it belongs to views/"
+
+
+# CLI modules that parse flags, call one use case in commands/ and print through views/:
+# nothing of the domain below (the generator, the skills, the store, the host) is theirs.
+THIN_CLI = ("kernels_gen", "skills")
+THIN_CLI_MAY_IMPORT = ("strata.cli", "strata.commands", "strata.views", "strata.errors")
+
+
+def test_thin_cli_modules_leave_the_use_case_to_commands() -> None:
+    offenders = []
+    for name in THIN_CLI:
+        path = SRC / "cli" / f"{name}.py"
+        module = _module_name(path)
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+            for imported in _imported(node, module, False):
+                inside = imported == "strata" or imported.startswith("strata.")
+                if inside and not any(imported == allowed or imported.startswith(allowed + ".")
+                                      for allowed in THIN_CLI_MAY_IMPORT):
+                    offenders.append(f"{path.relative_to(SRC.parent)}:{node.lineno}: {imported}")
+    assert not offenders, "domain imports in a thin CLI module (move the orchestration to " \
+        "commands/):\n" + "\n".join(offenders)

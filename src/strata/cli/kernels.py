@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -12,10 +11,12 @@ from rich.markup import escape
 
 from strata.cli import DbOption, app, check_positive, err, open_store, out
 from strata.cli.helptext import reflowed
+from strata.cli.output import CHOICES, with_json
 from strata.cli.status import OUTPUT_PANEL, ProgressOption, status, use_progress
 from strata.errors import InputError
 from strata.kernels.dialects import DIALECTS
 from strata.kernels.spec import all_specs
+from strata.views.output import emit
 
 # Help lists come from the registries (ops, dialects): they cannot go stale. Both load
 # without torch (specs and dialects import it lazily).
@@ -45,21 +46,18 @@ TimeoutOption = Annotated[float, typer.Option(
 
 
 def _check_format(fmt: str, json_out: bool = False) -> str:
-    """The format asked for (--json is -o json); an unknown one is exit 2."""
-    from strata.cli.output import with_json
-    from strata.store.export import FORMATS
-
+    """The format asked for (--json is -o json): one of the CLI's formats (table, md, csv,
+    json, jsonl; sql is bench's and history's alone), else exit 2."""
     fmt = with_json(fmt, json_out)
-    if fmt != "table" and fmt not in FORMATS:
-        raise InputError(f"--format {fmt}: choose table, {', '.join(FORMATS)}")
+    if fmt not in CHOICES:
+        raise InputError(f"--format {fmt}: choose one of {', '.join(CHOICES)}")
     return fmt
 
 
 def _kernel_session(db: Path | None):  # -> commands.kernels.Session
-    from strata.commands.kernels import session
+    from strata.commands.kernels import probed_session
 
-    with err.status("probing host…"):
-        return session(conn=open_store(db))
+    return probed_session(db, err)
 
 
 @kernels_app.command("list")
@@ -76,14 +74,12 @@ def kernels_list(op: OpArg = None, fmt: FormatOption = "table", json_out: JsonOp
       strata kernels list rmsnorm -o json
     """
     from strata.commands.kernels import list_records
-    from strata.views.kernels import LIST_COLUMNS, emit, list_table
+    from strata.views.kernels import LIST_COLUMNS, list_table
 
     fmt = _check_format(fmt, json_out)
     records = list_records(_kernel_session(db), op)
-    if fmt == "table":
-        out.print(list_table(records))
-    else:
-        sys.stdout.write(emit(records, fmt, LIST_COLUMNS))
+    emit(out, fmt, records, table=lambda: out.print(list_table(records)),
+         md_columns=LIST_COLUMNS, md_numeric=())
 
 
 @kernels_app.command("verify")
@@ -118,7 +114,7 @@ def kernels_verify(
       strata kernels verify rmsnorm --impl c.avx2 --force
     """
     from strata.commands.kernels import run_verify, select
-    from strata.views.kernels import VERIFY_COLUMNS, emit, render_failures, verdict_table
+    from strata.views.kernels import VERIFY_COLUMNS, render_failures, verdict_table
 
     use_progress(progress)
     fmt = _check_format(fmt, json_out)
@@ -128,11 +124,13 @@ def kernels_verify(
     with status(err, "verifying…") as line:
         verdicts = run_verify(s, impls, force=force, timeout_s=timeout,
                               progress=lambda m: line.update(escape(m)))
-    if fmt == "table":
+
+    def table() -> None:
         out.print(verdict_table(verdicts))
         render_failures(err, verdicts)
-    else:
-        sys.stdout.write(emit([v.to_dict() for v in verdicts], fmt, VERIFY_COLUMNS))
+
+    emit(out, fmt, [v.to_dict() for v in verdicts], table=table, md_columns=VERIFY_COLUMNS,
+         md_numeric=())
     if any(v.status == "fail" for v in verdicts):
         raise typer.Exit(1)
 
@@ -181,7 +179,7 @@ def kernels_bench(
     """
     from strata.commands.kernels import run_bench, select
     from strata.kernels.spec import get_spec
-    from strata.views.kernels import BENCH_COLUMNS, bench_table, emit, figure_record
+    from strata.views.kernels import BENCH_COLUMNS, bench_table, figure_record
 
     use_progress(progress)
     fmt = _check_format(fmt, json_out)
@@ -207,8 +205,8 @@ def kernels_bench(
         figures += done
         if fmt == "table" and done:
             out.print(bench_table(done, f"{name} ({dtype}, {cache} cache)"))
-    if fmt != "table":
-        sys.stdout.write(emit([figure_record(f) for f in figures], fmt, BENCH_COLUMNS))
+    # the table went out op by op, above
+    emit(out, fmt, [figure_record(f) for f in figures], md_columns=BENCH_COLUMNS, md_numeric=())
 
 
 @kernels_app.command("explain")
@@ -230,7 +228,7 @@ def kernels_explain(
       strata kernels explain matmul --device cuda:0 -o json
     """
     from strata.kernels import choose
-    from strata.views.kernels import emit, render_decision
+    from strata.views.kernels import render_decision
 
     fmt = _check_format(fmt, json_out)
     s = _kernel_session(db)
@@ -238,13 +236,11 @@ def kernels_explain(
         raise InputError(f"--device {device}: not on this host (it has "
                          f"{', '.join(d.key for d in s.caps.devices)})")
     decision = choose(s.host, [op], device)[op].decision
-    if fmt == "table":
-        render_decision(out, decision)
-    elif fmt == "json":  # the whole decision; the other formats its trace, one row each
-        print(json.dumps(decision.to_dict(), indent=2))
-    else:
-        trace = decision.to_dict()["trace"]
-        sys.stdout.write(emit(trace, fmt, tuple(trace[0]) if trace else ()))
+    # json: the whole decision; the other formats its trace, one row each
+    document = decision.to_dict()
+    trace = document["trace"]
+    emit(out, fmt, trace, document=document, table=lambda: render_decision(out, decision),
+         md_columns=tuple(trace[0]) if trace else (), md_numeric=())
 
 
 @kernels_app.command("add")

@@ -1,20 +1,25 @@
-"""`strata kernels generate | attempts | eval`: models write kernels, the lab judges them."""
+"""`strata kernels generate | attempts | eval`: models write kernels, the lab judges them.
+
+The flags and their checks; the use cases are commands/kernels_gen.py, the views
+views/kernels_gen.py."""
 
 from __future__ import annotations
 
-import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
 
-from strata.cli import DbOption, check_positive, err, open_store, out
+from strata.cli import DbOption, check_positive, err, out
 from strata.cli.helptext import reflowed
 from strata.cli.kernels import DIALECT_NAMES, OPS, JsonOption, _check_format, kernels_app
 from strata.cli.output import with_json
 from strata.cli.status import OUTPUT_PANEL, ProgressOption, status, use_progress
 from strata.errors import InputError
+from strata.views.output import emit
 
 # Options come in panels: each is its own table, so its columns fit its own names and the
 # help texts keep room at 80 columns.
@@ -71,47 +76,12 @@ def _check_counts(turns: int, samples: int, temperature: float) -> None:
         raise InputError(f"--temperature {temperature}: choose a value from 0 to 2")
 
 
-def _device(s: Any, dialect: str, device: str | None) -> str:
-    from strata.kernels.dialects import get_dialect
-
-    get_dialect(dialect)
-    if device is None:
-        gpus = [d.key for d in s.caps.devices if d.key != "cpu"]
-        device = gpus[0] if gpus and dialect != "c" else "cpu"
-    if s.caps.device(device) is None:
-        raise InputError(f"--device {device}: not on this host (it has "
-                         f"{', '.join(d.key for d in s.caps.devices)})")
-    return device
-
-
-def _skill(ref: str | None) -> Any:
-    if ref is None:
-        return None
-    from strata.kernels.skills import load_skill
-
-    return load_skill(ref)
-
-
-def _client(endpoint: str, api_key_env: str | None, stream: bool,
-            timeout_s: float = 300.0) -> Any:
-    from strata.kernels.gen.chat import ChatClient
-
-    check_positive("--request-timeout", timeout_s)
-    return ChatClient(endpoint, api_key_env, stream=stream, timeout_s=timeout_s,
-                      on_retry=lambda m: err.print(m, markup=False))
-
-
-class _Board:
-    """One status line: each sample's turn and latest status."""
-
-    def __init__(self, status: Any, samples: int, label: str = "") -> None:
-        self.status, self.label = status, label
-        self.state = ["waiting"] * samples
-
-    def __call__(self, sample: int, turn: int, what: str) -> None:
-        self.state[sample] = f"t{turn} {what}"
-        cells = " · ".join(f"#{i + 1} {s}" for i, s in enumerate(self.state))
-        self.status.update(escape(f"{self.label}{cells}"))
+@contextmanager
+def saying(message: str, quote: Callable[[str], str] = escape) -> Iterator[Callable[[str], None]]:
+    """A status line on stderr (nothing when piped: it changes too often to log) and the
+    callback that shows a step's latest message there."""
+    with status(err, message, lines=False) as line:
+        yield lambda m: line.update(quote(m))
 
 
 @kernels_app.command("generate")
@@ -163,63 +133,37 @@ def kernels_generate(
       strata kernels generate softmax --endpoint $URL --skill builtin:c
       strata kernels generate matmul --endpoint $URL --api-key-env MY_API_KEY
     """
-    from strata.commands.kernels import default_jobs, session
-    from strata.kernels.gen.loop import GenConfig, generate
-    from strata.kernels.spec import get_spec
+    from strata.commands.kernels_gen import GenerateOptions, ModelServer, generate
+    from strata.views.kernels_gen import SampleBoard, no_bench_note, render_generate
 
     use_progress(progress)
     fmt = _check_format(fmt, json_out)
     _check_counts(turns, samples, temperature)
     check_positive("--timeout", timeout)
-    get_spec(op)
-    chosen_skill = _skill(skill)
-    with _client(endpoint, api_key_env, stream, request_timeout) as client:
-        name = client.resolve_model(model)
-        with err.status("probing host…"):
-            s = session(conn=open_store(db))
-        target = _device(s, dialect, device)
-        roof = s.host.roofline(err) if bench else None
-        cfg = GenConfig(op=op, dialect=dialect, device=target, model=name, turns=turns,
-                        samples=samples, temperature=temperature, max_tokens=max_tokens,
-                        skill=chosen_skill, register=register, bench=bench,
-                        timeout_s=timeout, jobs=default_jobs())
-        with status(err, f"{name} writing {op} ({dialect}, {target})…", lines=False) as line:
-            result = generate(cfg, client, s.conn, roof,
-                              _Board(line, samples, f"{op}: "))
-    _show_generate(result, fmt)
-    _no_bench_note(bench)
+    check_positive("--request-timeout", request_timeout)
+
+    @contextmanager
+    def board(message: str) -> Iterator[SampleBoard]:
+        with status(err, message, lines=False) as line:
+            yield SampleBoard(line, samples, f"{op}: ")
+
+    result = generate(GenerateOptions(
+        op=op, server=ModelServer(endpoint, api_key_env, stream, request_timeout), model=model,
+        dialect=dialect, device=device, turns=turns, samples=samples, skill=skill,
+        temperature=temperature, register=register, bench=bench, timeout_s=timeout,
+        max_tokens=max_tokens, db=db), err, board)
+    _emit_attempts(result.attempts, fmt, lambda: render_generate(out, err, result))
+    if not bench:
+        no_bench_note(err)
     if result.best is None:
         raise typer.Exit(1)
 
 
-def _emit_attempts(attempts: list[Any], fmt: str) -> None:
-    from strata.views.kernels import emit
+def _emit_attempts(attempts: list[Any], fmt: str, table: Callable[[], None]) -> None:
     from strata.views.kernels_gen import ATTEMPT_COLUMNS, ATTEMPT_NUMERIC, attempt_record
 
-    sys.stdout.write(emit([attempt_record(a) for a in attempts], fmt, ATTEMPT_COLUMNS,
-                          ATTEMPT_NUMERIC))
-
-
-def _show_generate(result: Any, fmt: str) -> None:
-    from strata.kernels.gen.metrics import samples
-    from strata.views.kernels_gen import samples_table
-
-    if fmt != "table":
-        _emit_attempts(result.attempts, fmt)
-        return
-    out.print(samples_table(samples(result.attempts),
-                            f"{result.config.op} ({result.config.dialect}, "
-                            f"{result.config.device}) by {result.config.model}"))
-    stops = {s.stop for s in result.samples}
-    err.print("stopped: " + "; ".join(sorted(stops)), markup=False)
-    best = result.best
-    if best is None:
-        err.print(f"no correct kernel in {len(result.attempts)} attempts (see `strata kernels "
-                  f"attempts --run {result.config.run}`)", markup=False)
-    elif result.registered:
-        err.print(f"registered {result.registered} (sample {best.sample + 1}, turn "
-                  f"{best.turn}); `strata kernels explain {best.op}` shows dispatch",
-                  markup=False)
+    emit(out, fmt, [attempt_record(a) for a in attempts], table=table,
+         md_columns=ATTEMPT_COLUMNS, md_numeric=ATTEMPT_NUMERIC)
 
 
 @kernels_app.command("attempts")
@@ -252,19 +196,15 @@ def kernels_attempts(
       strata kernels attempts rmsnorm
       strata kernels attempts --run 3f2a9c1e0b7d --export transcripts.jsonl
     """
-    from strata.store.attempts import export_jsonl, list_attempts
+    from strata.commands.kernels_gen import attempts
     from strata.views.kernels_gen import attempts_table
 
     fmt = _check_format(fmt, json_out)
-    attempts = list_attempts(open_store(db), op=op, run=run, model=model)
+    found = attempts(db, op=op, run=run, model=model, export=export)
     if export is not None:
-        export_jsonl(attempts, export)
-        err.print(f"wrote {len(attempts)} attempts to {export}", markup=False)
+        err.print(f"wrote {len(found)} attempts to {export}", markup=False)
         return
-    if fmt == "table":
-        out.print(attempts_table(attempts))
-    else:
-        _emit_attempts(attempts, fmt)
+    _emit_attempts(found, fmt, lambda: out.print(attempts_table(found)))
 
 
 @kernels_app.command("eval")
@@ -320,10 +260,14 @@ def kernels_eval(
       strata kernels eval --endpoint $URL --models qwen3,gemma3 --samples 2
       strata kernels eval --replay transcripts.jsonl --bench
     """
-    from strata.commands.kernels import default_jobs, session
-    from strata.kernels.gen.evaluate import EvalConfig, resolve_ops, run_eval
-    from strata.kernels.gen.evaluate import replay as replay_run
-    from strata.kernels.gen.metrics import score
+    from strata.commands.kernels_gen import EvalOptions, ModelServer, leaderboard
+    from strata.views.kernels_gen import (
+        leaderboard_columns,
+        leaderboard_numeric,
+        leaderboard_table,
+        no_bench_note,
+        scores_record,
+    )
 
     use_progress(progress)
     fmt = with_json(fmt, json_out)
@@ -331,60 +275,19 @@ def kernels_eval(
         raise InputError(f"--format {fmt}: choose table, md or json")
     _check_counts(turns, samples, temperature)
     check_positive("--timeout", timeout)
-    if replay is None and endpoint is None:
-        raise InputError("give --endpoint URL (a server with the models) or --replay FILE "
-                         "(recorded replies)")
-    op_list = resolve_ops(ops, dialect)
-    chosen_skill = _skill(skill)
-    with err.status("probing host…"):
-        s = session(conn=open_store(db))
-    target = _device(s, dialect, device)
-    roof = s.host.roofline(err) if bench else None
-    with status(err, "evaluating…", lines=False) as line:
-        say = lambda m: line.update(escape(m))  # noqa: E731
-        if replay is not None:
-            if not replay.is_file():
-                raise InputError(f"--replay {replay}: not found (write one with `strata "
-                                 "kernels attempts --export FILE.jsonl`)")
-            attempts = replay_run(replay, s.conn, roof, bench=bench, timeout_s=timeout,
-                                  jobs=default_jobs(), say=say)
-        else:
-            assert endpoint is not None
-            with _client(endpoint, api_key_env, stream, request_timeout) as client:
-                names = [m.strip() for m in (models or "").split(",") if m.strip()] or [None]
-                cfg = EvalConfig(models=[client.resolve_model(m) for m in names],
-                                 ops=op_list, dialect=dialect, device=target,
-                                 samples=samples, turns=turns, temperature=temperature,
-                                 skill=chosen_skill, bench=bench, timeout_s=timeout,
-                                 jobs=default_jobs())
-                attempts = run_eval(cfg, client, s.conn, roof, say)
-    _no_bench_note(bench)
-    _show_scores(score(attempts, ks=_ks(attempts)), fmt)
-
-
-def _ks(attempts: list[Any]) -> tuple[int, ...]:
-    """pass@k for the k the recorded samples allow (a replay's, not the --samples flag's)."""
-    samples = len({a.sample for a in attempts})
-    return tuple(k for k in (1, 2, 4, 8, 16) if k <= samples) or (1,)
-
-
-def _no_bench_note(bench: bool) -> None:
+    server = None  # a replay calls no model
+    if replay is None:
+        if endpoint is None:
+            raise InputError("give --endpoint URL (a server with the models) or --replay "
+                             "FILE (recorded replies)")
+        check_positive("--request-timeout", request_timeout)
+        server = ModelServer(endpoint, api_key_env, stream, request_timeout)
+    scores = leaderboard(EvalOptions(
+        server=server, models=models, ops=ops, dialect=dialect,
+        device=device, samples=samples, turns=turns, skill=skill, temperature=temperature,
+        replay=replay, bench=bench, timeout_s=timeout, db=db), err, saying)
     if not bench:
-        err.print("not benchmarked (--no-bench): correct means verified; kernels that skip "
-                  "work only when timed are caught by the benchmark alone", markup=False)
-
-
-def _show_scores(scores: list[Any], fmt: str) -> None:
-    from strata.views.kernels import emit
-    from strata.views.kernels_gen import (
-        leaderboard_columns,
-        leaderboard_numeric,
-        leaderboard_table,
-        scores_record,
-    )
-
-    if fmt == "table":
-        out.print(leaderboard_table(scores))
-    else:
-        sys.stdout.write(emit([scores_record(x) for x in scores], fmt,
-                              leaderboard_columns(scores), leaderboard_numeric(scores)))
+        no_bench_note(err)
+    emit(out, fmt, [scores_record(x) for x in scores],
+         table=lambda: out.print(leaderboard_table(scores)),
+         md_columns=leaderboard_columns(scores), md_numeric=leaderboard_numeric(scores))

@@ -1,15 +1,16 @@
-"""`strata skills …`: a teacher model's kernel know-how as a skill, measured on a student."""
+"""`strata skills …`: a teacher model's kernel know-how as a skill, measured on a student.
+
+The flags and their checks; the use cases are commands/skills.py, the views
+views/kernels_gen.py."""
 
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from strata.cli import DbOption, app, err, open_store, out
+from strata.cli import DbOption, app, err, out
 from strata.cli.helptext import reflowed
 from strata.cli.kernels import JsonOption
 from strata.cli.kernels_gen import (
@@ -26,12 +27,12 @@ from strata.cli.kernels_gen import (
     TimeoutOption,
     TurnsOption,
     _check_counts,
-    _client,
-    _device,
+    saying,
 )
 from strata.cli.output import with_json
-from strata.cli.status import OUTPUT_PANEL, ProgressOption, status, use_progress
+from strata.cli.status import OUTPUT_PANEL, ProgressOption, use_progress
 from strata.errors import InputError
+from strata.views.output import emit
 
 skills_app = typer.Typer(
     name="skills", no_args_is_help=True, rich_markup_mode="rich",
@@ -39,14 +40,6 @@ skills_app = typer.Typer(
     help="Skills: a teacher model's know-how for writing kernels in one dialect, handed to "
     "a student model and measured by execution (with vs without).")
 app.add_typer(skills_app)
-
-
-def _ops(text: str | None) -> list[str] | None:
-    if text is None:
-        return None
-    from strata.kernels.gen.evaluate import resolve_ops
-
-    return resolve_ops(text, "")
 
 
 @skills_app.command("list")
@@ -61,13 +54,11 @@ def skills_list() -> None:
       strata skills list
       strata kernels generate rope --endpoint $URL --skill builtin:c
     """
-    from strata.kernels.skills import builtin_dialects, load_skill
+    from strata.commands.skills import builtin_skills
+    from strata.views.kernels_gen import builtin_skill_line
 
-    for d in builtin_dialects():
-        skill = load_skill(f"builtin:{d}")
-        train = ", ".join(skill.meta.get("train_ops") or [])
-        out.print(f"builtin:{d}  {skill.ref}  ({len(skill.text.split())} words; train ops: "
-                  f"{train})", markup=False)
+    for ref, skill in builtin_skills():
+        out.print(builtin_skill_line(ref, skill), markup=False)
 
 
 @skills_app.command("write")
@@ -104,21 +95,14 @@ def skills_write(
       strata skills write my-c-skill --teacher http://127.0.0.1:8080/v1
       strata skills write my-skill --teacher $URL --train-ops rmsnorm,matmul
     """
-    from strata.commands.kernels import session
-    from strata.kernels.skills.teach import write_skill
+    from strata.commands.kernels_gen import ModelServer
+    from strata.commands.skills import WriteOptions, write
 
     use_progress(progress)
-    ops = _ops(train_ops) or []
-    with err.status("probing host…"):
-        s = session(conn=open_store(db))
-    target = _device(s, dialect, device)
-    roof = s.host.roofline(err)
-    with _client(teacher, api_key_env, False) as client:
-        model = client.resolve_model(teacher_model)
-        with status(err, f"{model} writing the skill…", lines=False):
-            skill = write_skill(client, model, s, dialect=dialect, device=target,
-                                roofline=roof, train_ops=ops, dest=dest,
-                                name=name or dest.name, max_tokens=max_tokens)
+    skill = write(WriteOptions(
+        teacher=ModelServer(teacher, api_key_env, False), dest=dest, teacher_model=teacher_model,
+        dialect=dialect, device=device, train_ops=train_ops, name=name, max_tokens=max_tokens,
+        db=db), err, saying)
     out.print(f"wrote {dest}/SKILL.md ({len(skill.text.split())} words) and skill.json: "
               f"{skill.ref}", markup=False)
 
@@ -170,38 +154,20 @@ def skills_eval(
       strata skills eval builtin:c --student http://127.0.0.1:8080/v1
       strata skills eval ./my-skill --student $URL --ops layernorm,rope
     """
-    from strata.commands.kernels import default_jobs, session
-    from strata.kernels.gen.evaluate import EvalConfig
-    from strata.kernels.skills import load_skill
-    from strata.kernels.skills.ab import held_out, run_ab
-    from strata.views.kernels import emit
-    from strata.views.kernels_gen import AB_COLUMNS, AB_NUMERIC, ab_records, ab_table
+    from strata.commands.kernels_gen import ModelServer
+    from strata.commands.skills import EvalOptions, evaluate
+    from strata.views.kernels_gen import AB_COLUMNS, AB_NUMERIC, ab_document, ab_records, ab_table
 
     use_progress(progress)
     fmt = with_json(fmt, json_out)
     if fmt not in ("table", "md", "json"):
         raise InputError(f"--format {fmt}: choose table, md or json")
     _check_counts(turns, samples, temperature)
-    chosen = load_skill(skill, "SKILL")
-    chosen_dialect = dialect or str(chosen.meta.get("dialect") or "c")
-    op_list = held_out(chosen, _ops(ops))
-    with err.status("probing host…"):
-        s = session(conn=open_store(db))
-    target = _device(s, chosen_dialect, device)
-    roof = s.host.roofline(err) if bench else None
-    with _client(student, api_key_env, stream) as client:
-        model = client.resolve_model(student_model)
-        base = EvalConfig(models=[model], ops=op_list, dialect=chosen_dialect, device=target,
-                          samples=samples, turns=turns, temperature=temperature, bench=bench,
-                          timeout_s=timeout, jobs=default_jobs())
-        with status(err, "A/B…", lines=False) as line:
-            result = run_ab(base, chosen, client, s.conn, roof,
-                            lambda m: line.update(m.replace("[", "\\[")))
-    if fmt == "table":
-        out.print(ab_table(result.ab))
-    elif fmt == "json":
-        sys.stdout.write(json.dumps({"skill": chosen.ref, "model": model, "ops": op_list,
-                                     "rows": ab_records(result.ab),
-                                     "verdict": result.ab.verdict}, indent=2) + "\n")
-    else:
-        sys.stdout.write(emit(ab_records(result.ab), fmt, AB_COLUMNS, AB_NUMERIC))
+    done = evaluate(EvalOptions(
+        skill=skill, student=ModelServer(student, api_key_env, stream),
+        student_model=student_model, ops=ops, dialect=dialect, device=device, samples=samples,
+        turns=turns, temperature=temperature, bench=bench, timeout_s=timeout, db=db), err,
+        lambda m: saying(m, quote=lambda text: text.replace("[", "\\[")))
+    ab = done.result.ab
+    emit(out, fmt, ab_records(ab), document=ab_document(done.skill.ref, done.model, done.ops, ab),
+         table=lambda: out.print(ab_table(ab)), md_columns=AB_COLUMNS, md_numeric=AB_NUMERIC)

@@ -1,5 +1,6 @@
 """Terminal and machine views of the kernel lab: verdicts, benchmark figures, the
-implementation list and dispatch decisions. One record schema feeds every format."""
+implementation list and dispatch decisions. One record schema feeds every format: the
+machine formats go through views/output.emit with the md columns named here."""
 
 from __future__ import annotations
 
@@ -13,7 +14,6 @@ from strata.kernels.bench import Figure
 from strata.kernels.dispatch import Decision
 from strata.kernels.spec import shape_label
 from strata.kernels.verify import Verdict
-from strata.store.export import FORMATS, md_table
 
 STATUS_STYLE = {"pass": "green", "fail": "bold red", "compiled": "cyan",
                 "unavailable": "dim", "chosen": "green", "rejected": "dim",
@@ -27,14 +27,6 @@ def _styled(text: str) -> str:
 
 def _fmt(value: float | None, spec: str = ".3g") -> str:
     return "-" if value is None else format(value, spec)
-
-
-def emit(records: list[dict[str, Any]], fmt: str, columns: tuple[str, ...],
-         numeric: tuple[str, ...] = ()) -> str:
-    """Machine formats; md shows the table's columns, the others every field."""
-    if fmt == "md":
-        return md_table(records, columns, numeric)
-    return FORMATS[fmt](records)
 
 
 # -- verify ------------------------------------------------------------------------------------

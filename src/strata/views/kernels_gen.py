@@ -1,12 +1,14 @@
 """Terminal and machine views of kernel generation: the attempts list, a generate run's
 samples, the eval leaderboard and the skills A/B table. Each view has a record function
 (one schema for every format), its md columns, and a rich table; md/json go through
-`views.kernels.emit`."""
+`views.output.emit`. Also what those commands show while and after they work: a generate
+run's status board, its closing lines on stderr, the built-in skills list."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
@@ -20,6 +22,7 @@ from strata.kernels.gen.metrics import (
     Scores,
     SkillAB,
     fast_key,
+    samples,
     total_tokens,
 )
 from strata.kernels.gen.records import Attempt
@@ -111,6 +114,44 @@ def samples_table(results: list[Sample], title: str = "Kernel generation") -> Ta
     return t
 
 
+class SampleBoard:
+    """A generate run's one status line: each sample's turn and latest status (the run's
+    `on_turn(sample, turn, what)`)."""
+
+    def __init__(self, status: Any, samples: int, label: str = "") -> None:
+        self.status, self.label = status, label
+        self.state = ["waiting"] * samples
+
+    def __call__(self, sample: int, turn: int, what: str) -> None:
+        self.state[sample] = f"t{turn} {what}"
+        cells = " · ".join(f"#{i + 1} {s}" for i, s in enumerate(self.state))
+        self.status.update(escape(f"{self.label}{cells}"))
+
+
+def render_generate(out: Console, err: Console, result: Any) -> None:
+    """A generate run (kernels.gen.loop.GenResult): its samples' table, then on stderr why
+    the conversations stopped and what came of the best kernel."""
+    config = result.config
+    out.print(samples_table(samples(result.attempts),
+                            f"{config.op} ({config.dialect}, {config.device}) by {config.model}"))
+    stops = {s.stop for s in result.samples}
+    err.print("stopped: " + "; ".join(sorted(stops)), markup=False)
+    best = result.best
+    if best is None:
+        err.print(f"no correct kernel in {len(result.attempts)} attempts (see `strata kernels "
+                  f"attempts --run {config.run}`)", markup=False)
+    elif result.registered:
+        err.print(f"registered {result.registered} (sample {best.sample + 1}, turn "
+                  f"{best.turn}); `strata kernels explain {best.op}` shows dispatch",
+                  markup=False)
+
+
+def no_bench_note(err: Console) -> None:
+    """What --no-bench leaves unchecked."""
+    err.print("not benchmarked (--no-bench): correct means verified; kernels that skip "
+              "work only when timed are caught by the benchmark alone", markup=False)
+
+
 # -- the eval leaderboard ----------------------------------------------------------------------
 
 FAST_COLUMNS = tuple(f"fast_{fast_key(b, p)}" for b in BASELINES for p in FAST_PS)
@@ -185,6 +226,13 @@ def ab_records(ab: SkillAB) -> list[dict[str, Any]]:
     return [{**head, **r} for r in (_lift_record(ab.correct), _lift_record(ab.fast_1), tokens)]
 
 
+def ab_document(skill: str, model: str, ops: list[str], ab: SkillAB) -> dict[str, Any]:
+    """`strata skills eval -o json`: the skill (name@hash), the student, the held-out ops,
+    the A/B rows and the verdict."""
+    return {"skill": skill, "model": model, "ops": ops, "rows": ab_records(ab),
+            "verdict": ab.verdict}
+
+
 def _signed_pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:+.0f} pt"
 
@@ -204,3 +252,11 @@ def ab_table(ab: SkillAB) -> Table:
     ratio = "-" if ab.token_ratio is None else f"ratio {ab.token_ratio:.2f}"
     t.add_row("tokens", _fmt(ab.tokens_without, "d"), _fmt(ab.tokens_with, "d"), ratio, "", "")
     return t
+
+
+# -- built-in skills ---------------------------------------------------------------------------
+
+def builtin_skill_line(ref: str, skill: Any) -> str:
+    """`strata skills list`: the --skill reference, its hash, its words and its train ops."""
+    train = ", ".join(skill.meta.get("train_ops") or [])
+    return f"{ref}  {skill.ref}  ({len(skill.text.split())} words; train ops: {train})"
