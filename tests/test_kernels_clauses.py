@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from strata.kernels import checks
-from strata.kernels.ops import _quant
+from strata.kernels.ops import _kquant, _quant
 from strata.kernels.ops._linear_q import linear as linear_q
 from strata.kernels.ops.rope import tables
 from strata.kernels.spec import Clause, KernelSpec, Shape, all_specs, get_spec
@@ -263,10 +263,44 @@ for _kind in ("q8_0", "q4_0"):
         (f"linear_{_kind}", "weight_scales"):
             lambda sp, i, p, s, k=_kind: _linear_q_any(k, i[0], _flush_subnormal_scales(k, i[1])),
     })
+for _kind in _kquant.KINDS:
+    VIOLATORS.update({
+        (f"linear_{_kind}", "ties"):
+            lambda sp, i, p, s, k=_kind: _linear_k(k, *i, half_away=True),
+        (f"linear_{_kind}", "scale_bits"):
+            lambda sp, i, p, s, k=_kind: _linear_k(k, *i, low_scale_bits=True),
+        (f"linear_{_kind}", "special_d"):
+            lambda sp, i, p, s, k=_kind: _linear_k(k, *i, flush_d=True),
+    })
 
 
 def _linear_q_any(kind: str, x: Any, w: Any) -> Any:
     return linear_q(kind, x, w)
+
+
+def _linear_k(kind: str, x: Any, w: Any, *, half_away: bool = False,
+              low_scale_bits: bool = False, flush_d: bool = False) -> Any:
+    """_kquant.linear with one of ggml's K-quant rules broken."""
+    dec = _kquant.decode(kind, w, x.shape[1])
+    if low_scale_bits:  # q4_K/q5_K: the two high bits of sub-blocks 4..7 dropped; q6_K: uint8
+        if kind == "q6_K":
+            dec.scale = dec.scale & 0xFF
+        else:
+            dec.scale[..., 4:] &= 15
+            dec.minimum[..., 4:] &= 15
+    if flush_d:
+        dec.d = torch.where(dec.d.abs() < 6.1e-5, torch.zeros_like(dec.d), dec.d)
+        if dec.dmin is not None:
+            dec.dmin = torch.where(dec.dmin.abs() < 6.1e-5, torch.zeros_like(dec.dmin), dec.dmin)
+    ax = _kquant.quantize_q8_k(x)
+    if half_away:
+        blocks = x.float().reshape(x.shape[0], -1, _kquant.QK_K)
+        iscale = (1.0 / ax.d.double()).float()  # -127/max again (d = 1/iscale)
+        v = blocks * iscale[..., None]
+        q = (torch.sign(v) * torch.floor(v.abs() + 0.5)).clamp(max=127.0)
+        q = torch.where(ax.d[..., None] == 0, torch.zeros_like(q), q).double()
+        ax = _kquant.Q8K(q, ax.d, q.reshape(*q.shape[:-1], 16, 16).sum(-1))
+    return _kquant._dot(dec, ax, torch.float64)
 
 
 def _online_softmax_unguarded(x: Any, block: int = 8) -> Any:
@@ -433,6 +467,7 @@ def test_dims_recover_the_shape_from_the_call_tensors(op: str) -> None:
 # the dim that counts the rows (tokens) an op is called with
 ROWS = {"rmsnorm": "rows", "silu_mul": "rows", "rope": "T", "attention_cached": "T",
         "linear_f32": "B", "linear_f16": "B", "linear_q8_0": "B", "linear_q4_0": "B",
+        "linear_q4_K": "B", "linear_q5_K": "B", "linear_q6_K": "B",
         "rmsnorm_backward": "rows", "silu_mul_backward": "rows", "rope_backward": "T",
         "cross_entropy_fused": "rows", "matmul": "M"}
 

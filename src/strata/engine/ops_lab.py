@@ -69,12 +69,13 @@ class LabOps:
         return held.numel() * held.element_size()
 
     def embed(self, table: Stored, ids: torch.Tensor) -> torch.Tensor:
-        from strata.kernels.ops import _quant
+        from strata.kernels.ops import _kquant, _quant
 
         rows = table.data.index_select(0, ids)
-        if table.kind.lower() in _quant.BLOCK_BYTES:
-            return _quant.dequantize(table.kind.lower(), rows, table.shape[1],
-                                     torch.float32).contiguous()
+        kind = LINEAR_OPS[table.kind].removeprefix("linear_")  # q8_0, q4_K, ...
+        for blocks in (_quant, _kquant):  # the looked-up rows' values, as the kernels read them
+            if kind in blocks.BLOCK_BYTES:
+                return blocks.dequantize(kind, rows, table.shape[1], torch.float32).contiguous()
         return rows.float().contiguous()
 
     def linear(self, x: torch.Tensor, w: Stored) -> torch.Tensor:

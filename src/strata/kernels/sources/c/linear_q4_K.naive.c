@@ -1,0 +1,55 @@
+// strata-kernel: op=linear_q4_K dialect=c entry=strata_linear_q4_K
+/* Reference GGUF q4_K linear layer with ggml's numerics, portable C (ggml's
+ * vec_dot_q4_K_q8_K): x's rows quantised to q8_K (strata_q8k.h), then per 256-value
+ * super-block
+ *   f32(d_x*d) * sum_j sc_j * sum_v q_v*q_x  -  f32(d_x*dmin) * sum_j m_j * (bsum_2j + bsum_2j+1)
+ * with the integer sums exact, accumulated in float32 over the super-blocks.
+ * A q4_K super-block is 144 bytes: fp16 d, fp16 dmin, 12 bytes of packed 6-bit scales and
+ * mins, 128 bytes of nibbles (chunk c of 32 bytes: low nibbles are weights 64c..64c+31 of
+ * sub-block 2c, high nibbles weights 64c+32.. of sub-block 2c+1). Rows over OpenMP threads. */
+#include <stdlib.h>
+#include "strata_half.h"
+#include "strata_q8k.h"
+
+#define BLOCK_BYTES 144
+
+static float superblock(const uint8_t *p, const q8k_block *y) {
+    const float d = half_to_float((uint16_t)(p[0] | (p[1] << 8)));
+    const float dmin = half_to_float((uint16_t)(p[2] | (p[3] << 8)));
+    const uint8_t *qs = p + 16;
+    int32_t sumi = 0, summ = 0;
+    for (int c = 0; c < 4; c++) {
+        int sc_lo, m_lo, sc_hi, m_hi;
+        q8k_scale_min(2 * c, p + 4, &sc_lo, &m_lo);
+        q8k_scale_min(2 * c + 1, p + 4, &sc_hi, &m_hi);
+        int32_t lo = 0, hi = 0;
+        for (int l = 0; l < 32; l++) {
+            lo += (int32_t)(qs[32 * c + l] & 0xF) * y->q[64 * c + l];
+            hi += (int32_t)(qs[32 * c + l] >> 4) * y->q[64 * c + 32 + l];
+        }
+        sumi += sc_lo * lo + sc_hi * hi;
+        summ += m_lo * (y->bsums[4 * c] + y->bsums[4 * c + 1]) +
+                m_hi * (y->bsums[4 * c + 2] + y->bsums[4 * c + 3]);
+    }
+    const float dd = y->d * d, dm = y->d * dmin;
+    return dd * (float)sumi - dm * (float)summ;
+}
+
+void strata_linear_q4_K(float *out, const float *x, const uint8_t *w,
+                        int64_t B, int64_t N, int64_t K) {
+    const int64_t nsb = K / QK_K;
+    q8k_block *qx = malloc((size_t)(B * nsb + 1) * sizeof(q8k_block));
+    if (!qx) return;  /* out stays NaN: fails loudly */
+    q8k_quantize_rows(x, qx, B, K);
+#pragma omp parallel for schedule(static)
+    for (int64_t n = 0; n < N; n++) {
+        const uint8_t *row = w + n * nsb * BLOCK_BYTES;
+        for (int64_t b = 0; b < B; b++) {
+            float sum = 0.0f;
+            for (int64_t s = 0; s < nsb; s++)
+                sum += superblock(row + s * BLOCK_BYTES, qx + b * nsb + s);
+            out[b * N + n] = sum;
+        }
+    }
+    free(qx);
+}

@@ -1,0 +1,63 @@
+/* strata_q8k.h: ggml's q8_K activation blocks for the K-quant linear kernels (linear_q4_K,
+ * linear_q5_K, linear_q6_K), portable C. Hashed with each user like strata_half.h.
+ *
+ * quantize_row_q8_K_ref: per 256 values, max = the first value of largest |x|; all zero ->
+ * d = 0 and q = 0; else iscale = -127/max (float32), q = min(127, round_half_even(iscale*x))
+ * (float32 product), d = 1/iscale (float32: not max/127), bsums = sums of 16 consecutive q. */
+#ifndef STRATA_Q8K_H
+#define STRATA_Q8K_H
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#define QK_K 256
+
+typedef struct {
+    float d;
+    int8_t q[QK_K];
+    int16_t bsums[QK_K / 16];
+} q8k_block;
+
+static inline void q8k_quantize(const float *x, q8k_block *y) {
+    float amax = 0.0f, max = 0.0f;
+    for (int j = 0; j < QK_K; j++) {
+        const float ax = fabsf(x[j]);
+        if (ax > amax) { amax = ax; max = x[j]; }
+    }
+    if (amax == 0.0f) {
+        memset(y, 0, sizeof *y);
+        return;
+    }
+    const float iscale = -127.0f / max;
+    for (int j = 0; j < QK_K; j++) {
+        const int v = (int)nearbyintf(iscale * x[j]);  /* half to even (default mode) */
+        y->q[j] = (int8_t)(v > 127 ? 127 : v);
+    }
+    for (int s = 0; s < QK_K / 16; s++) {
+        int sum = 0;
+        for (int j = 0; j < 16; j++) sum += y->q[16 * s + j];
+        y->bsums[s] = (int16_t)sum;
+    }
+    y->d = 1.0f / iscale;
+}
+
+/* Every 256-block of the B rows of x [B, K] -> q8_K (malloc'd by the caller: B*K/256). */
+static inline void q8k_quantize_rows(const float *x, q8k_block *y, int64_t B, int64_t K) {
+    const int64_t n = B * (K / QK_K);
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; i++) q8k_quantize(x + i * QK_K, y + i);
+}
+
+/* q4_K / q5_K packed 6-bit scales and mins of sub-block j (ggml's get_scale_min_k4). */
+static inline void q8k_scale_min(int j, const uint8_t *s, int *sc, int *m) {
+    if (j < 4) {
+        *sc = s[j] & 63;
+        *m = s[j + 4] & 63;
+    } else {
+        *sc = (s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4);
+        *m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+    }
+}
+
+#endif
