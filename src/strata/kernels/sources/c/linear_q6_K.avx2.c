@@ -1,0 +1,84 @@
+// strata-kernel: op=linear_q6_K dialect=c entry=strata_linear_q6_K requires=avx2,fma,f16c
+/* GGUF q6_K linear layer with ggml's numerics, AVX2/FMA/F16C and OpenMP (the arithmetic of
+ * ggml_vec_dot_q6_K_q8_K; docs/kernels-abi.md, linear_q6_K):
+ *   per 256-value super-block  f32(d_x*d) * sum_j sc_j * sum_v (q_v - 32)*q_x.
+ *
+ * 1. x is quantised once per call to q8_K (strata_q8k.h, ggml's reference rounding).
+ * 2. A super-block's 256 six-bit weights are 8 groups of 32 in weight order; with ql, qh
+ *    the 64 and 32 bytes of half h: group 4h+0 = ql[0..31] & 15 | (qh & 3) << 4, 4h+1 =
+ *    ql[32..63] & 15 | (qh >> 2 & 3) << 4, 4h+2 = ql[0..31] >> 4 | (qh >> 4 & 3) << 4, 4h+3 =
+ *    ql[32..63] >> 4 | (qh >> 6) << 4. Group g covers sub-blocks 2g and 2g+1 (16 each).
+ * 3. Integer dots: vpmaddubsw of the unsigned 0..63 weights against the signed q_x (pair
+ *    sums <= 2*63*127), vpmaddwd against [sc_2g x8 | sc_2g+1 x8] as int16; the -32 offset
+ *    is one vpmaddwd of the 16 scales against the 16 bsums of x, times 32, subtracted:
+ *    sum (q-32)*q_x*sc = sum q*q_x*sc - 32*sum sc*bsum (exact integers). One conversion
+ *    and FMA per super-block and x row.
+ * 4. Tiling and threads as linear_q4_K.avx2.c: fixed-order sums whatever the thread count.
+ */
+#include "strata_kquant.h"
+
+#define BLOCK_BYTES 210
+
+/* The 8 groups of 32 six-bit weights (0..63) of a super-block, in weight order. */
+static inline __attribute__((always_inline)) void weights6(const uint8_t *p, __m256i q[8]) {
+    const __m256i low4 = _mm256_set1_epi8(0x0F), two = _mm256_set1_epi8(0x03);
+    for (int h = 0; h < 2; h++) {
+        const __m256i l0 = _mm256_loadu_si256((const __m256i *)(p + 64 * h));
+        const __m256i l1 = _mm256_loadu_si256((const __m256i *)(p + 64 * h + 32));
+        const __m256i hb = _mm256_loadu_si256((const __m256i *)(p + 128 + 32 * h));
+        const __m256i h0 = _mm256_slli_epi16(_mm256_and_si256(hb, two), 4);
+        const __m256i h1 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2), two), 4);
+        const __m256i h2 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 4), two), 4);
+        const __m256i h3 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 6), two), 4);
+        q[4 * h + 0] = _mm256_or_si256(_mm256_and_si256(l0, low4), h0);
+        q[4 * h + 1] = _mm256_or_si256(_mm256_and_si256(l1, low4), h1);
+        q[4 * h + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), low4), h2);
+        q[4 * h + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), low4), h3);
+    }
+}
+
+/* acc[r][b] += the super-block `s` of weight rows r < nr against x rows b < nb. */
+static inline __attribute__((always_inline)) void superblock(__m256 acc[RN][RB],
+                                                             const uint8_t *w, int64_t row_bytes,
+                                                             const xsb *x, int64_t nsb,
+                                                             int64_t s, const int nr,
+                                                             const int nb) {
+    for (int r = 0; r < nr; r++) {
+        const uint8_t *p = w + r * row_bytes + s * BLOCK_BYTES;
+        const int8_t *sc = (const int8_t *)(p + 192);
+        const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)sc));
+        __m256i q[8];
+        weights6(p, q);
+        __m256i sumi[RB];
+        for (int b = 0; b < nb; b++) {
+            const xsb *xb = x + b * nsb + s;
+            /* -32 * sum_j sc_j * bsum_j, as 8 int32 lanes */
+            const __m256i off = _mm256_madd_epi16(sc16, _mm256_load_si256((const __m256i *)xb->bsums));
+            sumi[b] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(off, 5));
+        }
+        for (int g = 0; g < 8; g++) {
+            const __m256i scg = _mm256_set_m128i(_mm_set1_epi16(sc[2 * g + 1]),
+                                                 _mm_set1_epi16(sc[2 * g]));
+            for (int b = 0; b < nb; b++) {
+                const xsb *xb = x + b * nsb + s;
+                const __m256i qx = _mm256_load_si256((const __m256i *)(xb->q + 32 * g));
+                sumi[b] = _mm256_add_epi32(sumi[b],
+                                           _mm256_madd_epi16(_mm256_maddubs_epi16(q[g], qx), scg));
+            }
+        }
+        const __m256 d = half_at(p + 208);
+        for (int b = 0; b < nb; b++) {
+            const __m256 dx = _mm256_set1_ps(x[b * nsb + s].d);
+            /* f32(d_x*d): ggml's rounded product, then the FMA */
+            acc[r][b] = _mm256_fmadd_ps(_mm256_mul_ps(dx, d), _mm256_cvtepi32_ps(sumi[b]),
+                                        acc[r][b]);
+        }
+    }
+}
+
+#include "strata_kquant_run.h"
+
+void strata_linear_q6_K(float *out, const float *x, const uint8_t *w,
+                        int64_t B, int64_t N, int64_t K) {
+    kquant_run(out, x, w, B, N, K);
+}
