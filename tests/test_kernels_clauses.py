@@ -252,7 +252,7 @@ VIOLATORS: dict[tuple[str, str], Violator] = {
     ("cross_entropy_fused", "ignore_index"): lambda sp, i, p, s: sp.reference(
         i[0].double(), i[1].clamp(0, s["V"] - 1)),
 }
-for _kind in ("q8_0", "q4_0"):
+for _kind in ("q8_0", "q4_0", "q5_0"):
     VIOLATORS.update({
         (f"linear_{_kind}", "ties"):
             lambda sp, i, p, s, k=_kind: _linear_q(k, *i, half_away=True),
@@ -467,7 +467,7 @@ def test_dims_recover_the_shape_from_the_call_tensors(op: str) -> None:
 # the dim that counts the rows (tokens) an op is called with
 ROWS = {"rmsnorm": "rows", "silu_mul": "rows", "rope": "T", "attention_cached": "T",
         "linear_f32": "B", "linear_f16": "B", "linear_q8_0": "B", "linear_q4_0": "B",
-        "linear_q4_K": "B", "linear_q5_K": "B", "linear_q6_K": "B",
+        "linear_q5_0": "B", "linear_q4_K": "B", "linear_q5_K": "B", "linear_q6_K": "B",
         "rmsnorm_backward": "rows", "silu_mul_backward": "rows", "rope_backward": "T",
         "cross_entropy_fused": "rows", "matmul": "M"}
 

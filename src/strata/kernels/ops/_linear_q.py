@@ -1,4 +1,4 @@
-"""Shared spec builder for the quantised linear layers with ggml's numerics (q8_0, q4_0).
+"""Shared spec builder for the quantised linear layers with ggml's numerics (q8_0, q4_0, q5_0).
 
 `linear_<kind>(x, w)`: x float32 `[B,K]`, w the GGUF blocks as stored (uint8 `[N, K/32*bytes]`),
 out float32 `[B,N]`. Unlike `matvec_<kind>` (fp32 activations against dequantised weights),
@@ -14,14 +14,14 @@ block, scaled by the product of the two fp16 scales:
     isum  = sum_j q_w[j] * q_x[j]                         (integer, exact)
     out   = sum_blocks f32(d_w) * f32(d_x) * isum
 
-with q_w the int8 weights (q8_0) or nibble-8 (q4_0). The reference quantises x in float32 the
-same way and sums in float64 (exact up to the final rounding), so a correct kernel differs from
-it only by its float32 summation order. The vendor path (`eager`, also dispatch's fallback)
-is the same computation with a float32 matmul over the dequantised values: faster, and off by
-float32 rounding over K terms (~1e-5 of the RMS at K = 4096), not over K/32 blocks.
-`make_inputs` plants blocks that exercise the rules
-the random data would almost never reach: exact ties x*id = k+0.5 (round-half-even vs
-round-half-away), an all-zero block (id = 0) and an fp16-subnormal scale.
+with q_w the int8 weights (q8_0), nibble-8 (q4_0) or nibble+16*bit-16 (q5_0). The reference
+quantises x in float32 the same way and sums in float64 (exact up to the final rounding), so a
+correct kernel differs from it only by its float32 summation order. The vendor path (`eager`,
+also dispatch's fallback) is the same computation with a float32 matmul over the dequantised
+values: faster, and off by float32 rounding over K terms (~1e-5 of the RMS at K = 4096), not
+over K/32 blocks. `make_inputs` plants blocks that exercise the rules the random data would
+almost never reach: exact ties x*id = k+0.5 (round-half-even vs round-half-away), an all-zero
+block (id = 0) and an fp16-subnormal scale.
 """
 
 from __future__ import annotations
@@ -74,17 +74,7 @@ def quantize_rows(x: Any) -> tuple[Any, Any]:
 
 def _weights(kind: str, w: Any, k: int) -> tuple[Any, Any]:
     """(q float32 [N, K/32, 32] integer-valued, d float32 [N, K/32]) of the GGUF blocks."""
-    import torch
-
-    rows, nb = w.shape[0], k // QK
-    blocks = w.reshape(rows, nb, _quant.BLOCK_BYTES[kind])
-    d = blocks[:, :, :2].contiguous().view(torch.float16).to(torch.float32).reshape(rows, nb)
-    if kind == "q8_0":
-        q = blocks[:, :, 2:].contiguous().view(torch.int8).to(torch.float32)
-    else:
-        body = blocks[:, :, 2:].to(torch.int16)
-        q = (torch.cat([body & 0xF, body >> 4], dim=2) - 8).to(torch.float32)
-    return q, d
+    return _quant.decode(kind, w, k)
 
 
 def linear(kind: str, x: Any, w: Any, acc: Any = None, chunk_rows: int = 2048) -> Any:
