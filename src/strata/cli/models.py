@@ -149,10 +149,16 @@ def report(
 def quality(
     model: Annotated[str, typer.Argument(
         help="file.gguf, a Hugging Face dir (with its tokenizer files), synthetic:<preset>"
-        "\\[@f32|f16|q8_0|q4_0] or ollama:NAME\\[:TAG] (a pulled model).")],
+        "\\[@f32|f16|q8_0|q4_0|q6_k|q5_k_m|q4_k_m|q3_k_m|q2_k] or ollama:NAME\\[:TAG] (a "
+        "pulled model).")],
     ref: Annotated[str | None, typer.Option(
         "--ref", metavar="MODEL", help="Reference with the same vocabulary (e.g. the f16 of a "
         "q4_0): adds KL divergence, top-1 agreement and the speed ratio of the two.")] = None,
+    quants: Annotated[str | None, typer.Option(
+        "--quants", metavar="MIXES", help="Quantise MODEL (an f16/f32 GGUF) to each of these "
+        "llama.cpp mixes with llama.cpp's own quantizer (q8_0, q6_k, q5_k_m, q4_k_m, q4_0, "
+        "q3_k_m, q2_k, f16; comma-separated) and score each against MODEL: the "
+        "quality/size frontier.", show_default=False)] = None,
     text: Annotated[Path | None, typer.Option(
         "--text", metavar="FILE", help="UTF-8 text to score (default: the stdlib's pydoc "
         "topics, offline).")] = None,
@@ -181,13 +187,22 @@ def quality(
       strata quality model-q4_0.gguf --ref model-f16.gguf  [dim]# KL, top-1, speed[/dim]
       strata quality model.gguf --backend both --ctx 256   [dim]# llama.cpp vs torch[/dim]
       strata quality model.gguf --text my.txt --max-chunks 64 -o json
+      strata quality synthetic:llama-3.2-1b@f16 --quants q8_0,q6_k,q4_k_m
     """
     fmt = output_format(fmt, json_out)
     if progress is not None:
         set_progress(progress)
+    if quants is not None and ref is not None:
+        raise InputError("--quants scores each mix against MODEL itself: drop --ref")
     conn = open_store(db)  # fail on a bad --db before tokenising or loading anything
-    from strata.commands.quality import quality_main
+    from strata.commands.quality import quality_main, quants_main
+    from strata.quality.run import QualityConfig
 
+    if quants is not None:
+        config = QualityConfig(model=model, text=text, ctx=ctx, backend=backend,
+                               max_chunks=max_chunks)
+        quants_main(model, quants, config, conn, out, err, fmt)
+        return
     quality_main(model, ref, text, ctx, backend, max_chunks, False, conn, out, err, fmt=fmt)
 
 
@@ -196,7 +211,8 @@ def quality(
 def fit(
     model: Annotated[str, typer.Argument(
         metavar="MODEL", help="file.gguf, a Hugging Face dir, synthetic:<preset>@<quant> "
-        "(f32, f16, q8_0, q4_0) or ollama:NAME\\[:TAG]. Only its metadata is read: nothing is "
+        "(f32, f16, q8_0, q4_0, or llama.cpp's mixes q6_k, q5_k_m, q4_k_m, q3_k_m, q2_k) or "
+        "ollama:NAME\\[:TAG]. Only its metadata is read: nothing is "
         "loaded or written.")],
     ctx: Annotated[int | None, typer.Option("--ctx", "-c", help="Context per sequence, in "
                                             "tokens (default 4096).", show_default=False)]

@@ -15,7 +15,7 @@ from strata.quality.stored import MEASUREMENT_KIND, ScoreProgress, score_and_sto
 from strata.views.console import progress_bar
 
 __all__ = ["MEASUREMENT_KIND", "print_results", "quality_main", "quality_record",
-           "run_quality_command", "score_progress"]
+           "quants_main", "run_quality_command", "score_progress"]
 
 
 def run_quality_command(conn: sqlite3.Connection, config: QualityConfig,
@@ -81,4 +81,21 @@ def quality_main(model: str, ref: str | None, text: Path | None, ctx: int, backe
                            max_chunks=max_chunks)
     results = run_quality_command(conn, config, err)
     print_results(results, fmt or ("json" if json_out else "table"), out, err)
+    return results
+
+
+def quants_main(model: str, quants: str, config: QualityConfig, conn: sqlite3.Connection,
+                out: Console, err: Console, fmt: str) -> list[QualityResult]:
+    """`--quants`: MODEL (f16/f32) quantised to each mix by llama.cpp, each scored with MODEL
+    as the reference; one table (and frontier line) for them all."""
+    from dataclasses import replace
+
+    from strata.quality.quants import mix_files, parse_quants
+
+    mixes = parse_quants(quants)  # a bad list fails before anything is quantised
+    files = mix_files(model, mixes, lambda m: err.print(m, markup=False, highlight=False))
+    results: list[QualityResult] = []
+    for _mix, path in files:
+        results += run_quality_command(conn, replace(config, model=str(path), ref=model), err)
+    print_results(results, fmt, out, err)
     return results

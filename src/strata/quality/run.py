@@ -159,8 +159,10 @@ class QualityResult:
 
 
 def label(model: ResolvedModel) -> str:
+    """What the model is called by its quantisation: the file's mix (q4_k_m), else its
+    largest storage type."""
     spec = model.spec_for("gguf") if "gguf" in model.artefacts else model.spec
-    return spec.main_dtype().lower() if spec else model.ref
+    return spec.quant_label().lower() if spec else model.ref
 
 
 def _score(plan: ChunkPlan, i: int, scorer: Scorer, ref: Scorer | None) -> ChunkScore:
