@@ -21,7 +21,8 @@ C_SOURCES = sorted(p for p in C_HEADERS.glob("*.c"))
 HEADERS = sorted(C_HEADERS.glob("strata_*.h"))
 # Copies kept on purpose: tests/test_kernels_linear_q.py plants wrong roundings (round half
 # away) by editing each linear_q*.naive.c's own q8_0 quantisation of x.
-KEPT_COPIES = {"quantize_block": {"linear_q4_0.naive.c", "linear_q8_0.naive.c"}}
+KEPT_COPIES = {"quantize_block": {"linear_q4_0.naive.c", "linear_q5_0.naive.c",
+                                    "linear_q8_0.naive.c"}}
 _FUNCTION = re.compile(r"^static\b[^;{}()]*?\b(\w+)\s*\([^;{}]*\)\s*\{", re.M)
 _COMMENT = re.compile(r"/\*.*?\*/|//[^\n]*", re.S)
 

@@ -1,4 +1,4 @@
-"""Quantised linear layers with ggml's numerics: linear_q8_0 and linear_q4_0.
+"""Quantised linear layers with ggml's numerics: linear_q8_0, linear_q4_0 and linear_q5_0.
 
 x is quantised to q8_0 blocks as ggml's AVX2 path does (d = fp16(amax/127), id = 127/amax,
 round half to even), then integer block dots against the GGUF weights. Checked here: the
@@ -28,7 +28,7 @@ from strata.kernels.spec import get_spec
 from strata.kernels.verify import Pending, VerifyContext, finish, plan, run_pending
 from tests.conftest import verify_cases
 
-OPS = ("linear_q8_0", "linear_q4_0")
+OPS = ("linear_q8_0", "linear_q4_0", "linear_q5_0")
 SOURCES = Path(__file__).parent.parent / "src/strata/kernels/sources/c"
 
 
@@ -49,9 +49,14 @@ def numpy_ggml(kind: str, x: np.ndarray, w: np.ndarray) -> np.ndarray:
     dw = blocks[:, :, :2].copy().view(np.float16)[:, :, 0].astype(np.float64)
     if kind == "q8_0":
         qw = blocks[:, :, 2:].view(np.int8).astype(np.int64)
-    else:
+    elif kind == "q4_0":
         body = blocks[:, :, 2:].astype(np.int64)
         qw = np.concatenate([body & 0xF, body >> 4], axis=2) - 8
+    else:  # q5_0: qh is a little-endian uint32 of fifth bits, then q4_0's nibble bytes
+        qh = blocks[:, :, 2:6].copy().view("<u4")[:, :, 0].astype(np.int64)
+        body = blocks[:, :, 6:].astype(np.int64)
+        bits = (qh[:, :, None] >> np.arange(32)) & 1
+        qw = np.concatenate([body & 0xF, body >> 4], axis=2) + 16 * bits - 16
     isum = np.einsum("bkj,nkj->bnk", qx, qw)  # int64, exact
     return (isum * dx[:, None, :] * dw[None, :, :]).sum(axis=2)
 

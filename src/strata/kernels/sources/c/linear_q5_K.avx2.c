@@ -33,7 +33,7 @@ static inline __attribute__((always_inline)) void superblock(__m256 acc[RN][RB],
     const __m256i low4 = _mm256_set1_epi8(0x0F);
     for (int r = 0; r < nr; r++) {
         const uint8_t *p = w + r * row_bytes + s * BLOCK_BYTES;
-        const __m128i sm8 = scales_mins(p + 4);
+        const __m128i sm8 = kquant_scales_mins(p + 4);
         const __m256i sm16 = _mm256_cvtepu8_epi16(sm8);  /* 8 scales | 8 mins as int16 */
         const __m128i mins = _mm256_extracti128_si256(sm16, 1);
         uint8_t sc[16];

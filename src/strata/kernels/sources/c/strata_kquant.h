@@ -35,7 +35,7 @@ typedef struct {
     float pad[3];
 } xsb;
 
-static inline void prepare_x(const q8k_block *in, xsb *out) {
+static inline void kquant_prepare_x(const q8k_block *in, xsb *out) {
     memcpy(out->q, in->q, QK_K);
     memcpy(out->bsums, in->bsums, sizeof out->bsums);
     for (int j = 0; j < 8; j++) out->bsum32[j] = (int16_t)(in->bsums[2 * j] + in->bsums[2 * j + 1]);
@@ -44,7 +44,7 @@ static inline void prepare_x(const q8k_block *in, xsb *out) {
 
 /* The 8 scales (bytes 0..7) and 8 mins (bytes 8..15) of a q4_K/q5_K super-block's 12 packed
  * bytes: the get_scale_min_k4 rule, four sub-blocks per 32-bit mask-and-shift step. */
-static inline __m128i scales_mins(const uint8_t *s) {
+static inline __m128i kquant_scales_mins(const uint8_t *s) {
     uint32_t u0, u1, u2;
     memcpy(&u0, s, 4);
     memcpy(&u1, s + 4, 4);

@@ -7,11 +7,11 @@
 
 /* always inlined: nr, nb are constants at each call, the loops unroll, acc[][] stays in
  * registers */
-static inline void tile(float *out, int64_t ldo, const uint8_t *w, int64_t row_bytes,
+static inline void kquant_tile(float *out, int64_t ldo, const uint8_t *w, int64_t row_bytes,
                         const xsb *x, int64_t nsb, const int nr, const int nb)
     __attribute__((always_inline));
 
-static inline void tile(float *out, int64_t ldo, const uint8_t *w, int64_t row_bytes,
+static inline void kquant_tile(float *out, int64_t ldo, const uint8_t *w, int64_t row_bytes,
                         const xsb *x, int64_t nsb, const int nr, const int nb) {
     __m256 acc[RN][RB];
     for (int r = 0; r < nr; r++)
@@ -31,29 +31,29 @@ static inline void kquant_run(float *out, const float *x, const uint8_t *w,
 #pragma omp parallel
     {
 #pragma omp for schedule(static)
-        for (int64_t i = 0; i < B * nsb; i++) prepare_x(q8 + i, xq + i);
+        for (int64_t i = 0; i < B * nsb; i++) kquant_prepare_x(q8 + i, xq + i);
 #pragma omp for schedule(dynamic, 1)
         for (int64_t n0 = 0; n0 < N; n0 += CHUNK_ROWS) {
             const int64_t n1 = min64(N, n0 + CHUNK_ROWS);
             int64_t n = n0;
             if (B == 1) {
                 for (; n + RN <= n1; n += RN)
-                    tile(out + n, N, w + n * row_bytes, row_bytes, xq, nsb, RN, 1);
-                for (; n < n1; n++) tile(out + n, N, w + n * row_bytes, row_bytes, xq, nsb, 1, 1);
+                    kquant_tile(out + n, N, w + n * row_bytes, row_bytes, xq, nsb, RN, 1);
+                for (; n < n1; n++) kquant_tile(out + n, N, w + n * row_bytes, row_bytes, xq, nsb, 1, 1);
                 continue;
             }
             for (; n + RNB <= n1; n += RNB) {
                 int64_t b = 0;
                 for (; b + RB <= B; b += RB)
-                    tile(out + b * N + n, N, w + n * row_bytes, row_bytes, xq + b * nsb, nsb,
+                    kquant_tile(out + b * N + n, N, w + n * row_bytes, row_bytes, xq + b * nsb, nsb,
                          RNB, RB);
                 for (; b < B; b++)
-                    tile(out + b * N + n, N, w + n * row_bytes, row_bytes, xq + b * nsb, nsb,
+                    kquant_tile(out + b * N + n, N, w + n * row_bytes, row_bytes, xq + b * nsb, nsb,
                          RNB, 1);
             }
             for (; n < n1; n++)
                 for (int64_t b = 0; b < B; b++)
-                    tile(out + b * N + n, N, w + n * row_bytes, row_bytes, xq + b * nsb, nsb,
+                    kquant_tile(out + b * N + n, N, w + n * row_bytes, row_bytes, xq + b * nsb, nsb,
                          1, 1);
         }
     }

@@ -1,0 +1,76 @@
+/* strata_q8_0x.h: what the AVX2 q8_0-activation linear kernels with unsigned 4/5-bit weights
+ * (linear_q4_0, linear_q5_0 .avx2.c) share: x quantised to q8_0 as ggml's AVX2
+ * quantize_row_q8_0 does, in pairs of blocks laid out for the weights, and (in
+ * strata_q8_0x_run.h) the tiled, threaded driver. Hashed with each user.
+ *
+ * A kernel defines BLOCK_BYTES, OFFSET (its weights are unsigned value - OFFSET) and
+ *   static inline void weight_pair(const uint8_t *p, int two, __m256i *lo, __m256i *hi,
+ *                                  __m256 *wd)
+ * (the blocks at p and p + BLOCK_BYTES as unsigned values against an xpair, and their
+ * scales) between including this header and strata_q8_0x_run.h, whose q8_0x_run(out, x, w,
+ * B, N, K) does the rest. */
+#ifndef STRATA_Q8_0X_H
+#define STRATA_Q8_0X_H
+
+#include <immintrin.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include "strata_simd.h"
+
+#define QK 32
+#define RN 4              /* weight rows per group (the tile at B = 1) */
+#define RNB 2             /* weight rows per tile for B > 1 */
+#define RB 4              /* rows of x per tile (B > 1) */
+#define CHUNK_GROUPS 16   /* weight-row groups per scheduling chunk */
+
+/* Two consecutive 32-blocks of x (a pair), laid out for the weight pair they meet: the
+ * first 16 values of block 2p | of block 2p+1 (lo), the last 16 of each (hi), the blocks'
+ * scales d_x four times each and the correction c = -OFFSET * sum(q_x) in lanes 0 and 4
+ * (OFFSET: what the weight format subtracts from its unsigned values). */
+typedef struct {
+    __m256i lo, hi;
+    __m256 d;
+    __m256i c;
+} xpair;
+
+/* One 32-block of x quantised into half `h` (0: block 2p, 1: block 2p+1) of pair `out`. */
+static inline void q8_0x_quantize(const float *x, xpair *out, int h, int offset) {
+    __m256 v0 = _mm256_loadu_ps(x), v1 = _mm256_loadu_ps(x + 8);
+    __m256 v2 = _mm256_loadu_ps(x + 16), v3 = _mm256_loadu_ps(x + 24);
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 m = _mm256_max_ps(_mm256_andnot_ps(sign, v0), _mm256_andnot_ps(sign, v1));
+    m = _mm256_max_ps(m, _mm256_max_ps(_mm256_andnot_ps(sign, v2), _mm256_andnot_ps(sign, v3)));
+    __m128 m4 = _mm_max_ps(_mm256_extractf128_ps(m, 1), _mm256_castps256_ps128(m));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+    const float amax = _mm_cvtss_f32(m4);
+    const __m128i h16 = _mm_cvtps_ph(_mm_set_ss(amax / 127.0f), _MM_FROUND_TO_NEAREST_INT);
+    const float d = _mm_cvtss_f32(_mm_cvtph_ps(h16));
+    const __m256 id = _mm256_set1_ps(amax != 0.0f ? 127.0f / amax : 0.0f);
+    const int mode = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;  /* half to even */
+    const __m256i i0 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v0, id), mode));
+    const __m256i i1 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v1, id), mode));
+    const __m256i i2 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v2, id), mode));
+    const __m256i i3 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v3, id), mode));
+    /* sum of the 32 values (each in [-127, 127]) from the int32 lanes */
+    __m256i s = _mm256_add_epi32(_mm256_add_epi32(i0, i1), _mm256_add_epi32(i2, i3));
+    __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+    s4 = _mm_add_epi32(s4, _mm_unpackhi_epi64(s4, s4));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, _MM_SHUFFLE(2, 3, 0, 1)));
+    /* the packs work per 128-bit lane: dwords end up in order 0,4,1,5,2,6,3,7 */
+    const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(i0, i1), _mm256_packs_epi32(i2, i3));
+    const __m256i q = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    int8_t *lo = (int8_t *)&out->lo, *hi = (int8_t *)&out->hi;
+    float *dd = (float *)&out->d;
+    int32_t *cc = (int32_t *)&out->c;
+    _mm_store_si128((__m128i *)(lo + 16 * h), _mm256_castsi256_si128(q));
+    _mm_store_si128((__m128i *)(hi + 16 * h), _mm256_extracti128_si256(q, 1));
+    for (int j = 0; j < 4; j++) {
+        dd[4 * h + j] = d;
+        cc[4 * h + j] = 0;
+    }
+    cc[4 * h] = -offset * _mm_cvtsi128_si32(s4);
+}
+
+#endif /* STRATA_Q8_0X_H */

@@ -1,0 +1,110 @@
+/* strata_q8_0x_run.h: the tiled, threaded driver of the AVX2 q4_0/q5_0 linear kernels; see
+ * strata_q8_0x.h (the including kernel defines BLOCK_BYTES, OFFSET and weight_pair() first).
+ * pair_step and tile are always inlined: nr, nb and two are constants at each call, the loops
+ * unroll and acc[][] stays in registers. */
+#ifndef STRATA_Q8_0X_RUN_H
+#define STRATA_Q8_0X_RUN_H
+
+#include "strata_q8_0x.h"
+
+/* One pair of blocks (`two`) or the odd last block of weight rows r < nr against rows
+ * b < nb of x, into acc[r][b] (nr, nb, two: compile-time constants after inlining). */
+static inline void q8_0x_pair_step(__m256 acc[RN][RB], const uint8_t *w, int64_t row_bytes,
+                             const xpair *x, int64_t npairs, const int nr, const int nb,
+                             const int two) __attribute__((always_inline));
+
+static inline void q8_0x_pair_step(__m256 acc[RN][RB], const uint8_t *w, int64_t row_bytes,
+                             const xpair *x, int64_t npairs, const int nr, const int nb,
+                             const int two) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (int r = 0; r < nr; r++) {
+        __m256i lo, hi;
+        __m256 wd;
+        weight_pair(w + r * row_bytes, two, &lo, &hi, &wd);
+        for (int b = 0; b < nb; b++) {
+            const xpair *xp = x + b * npairs;
+            const __m256i s16 = _mm256_add_epi16(_mm256_maddubs_epi16(lo, xp->lo),
+                                                 _mm256_maddubs_epi16(hi, xp->hi));
+            const __m256i isum = _mm256_add_epi32(_mm256_madd_epi16(s16, ones), xp->c);
+            acc[r][b] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(wd, xp->d),
+                                        acc[r][b]);
+        }
+    }
+}
+
+/* out[b*ldo + r] = dot(weight row r, x row b) for r < nr, b < nb (compile-time constants
+ * after inlining: the loops unroll and acc[][] lives in registers). x holds npairs pairs
+ * per row; nblocks may be odd (the last pair then has one block). */
+static inline void q8_0x_tile(float *out, int64_t ldo, const uint8_t *w, int64_t row_bytes,
+                        const xpair *x, int64_t nblocks, const int nr, const int nb)
+    __attribute__((always_inline));
+
+static inline void q8_0x_tile(float *out, int64_t ldo, const uint8_t *w, int64_t row_bytes,
+                        const xpair *x, int64_t nblocks, const int nr, const int nb) {
+    const int64_t npairs = (nblocks + 1) / 2, full = nblocks / 2;
+    __m256 acc[RN][RB];
+    for (int r = 0; r < nr; r++)
+        for (int b = 0; b < nb; b++) acc[r][b] = _mm256_setzero_ps();
+    for (int64_t pr = 0; pr < full; pr++)
+        q8_0x_pair_step(acc, w + 2 * pr * BLOCK_BYTES, row_bytes, x + pr, npairs, nr, nb, 1);
+    if (full < npairs)
+        q8_0x_pair_step(acc, w + 2 * full * BLOCK_BYTES, row_bytes, x + full, npairs, nr, nb, 0);
+    for (int r = 0; r < nr; r++)
+        for (int b = 0; b < nb; b++) out[b * ldo + r] = hsum256_ps(acc[r][b]);
+}
+
+static inline void q8_0x_run(float *out, const float *x, const uint8_t *w,
+                             int64_t B, int64_t N, int64_t K) {
+    const int64_t nblocks = K / QK, row_bytes = nblocks * BLOCK_BYTES;
+    const int64_t groups = (N + RN - 1) / RN, npairs = (nblocks + 1) / 2;
+    xpair *xq = aligned_alloc(32, (size_t)(B * npairs + 1) * sizeof(xpair));
+    if (!xq) return;  /* out stays NaN: fails loudly */
+#pragma omp parallel
+    {
+#pragma omp for schedule(static)
+        for (int64_t i = 0; i < B * npairs; i++) {
+            const int64_t b = i / npairs, pr = i % npairs, blk = 2 * pr;
+            q8_0x_quantize(x + b * K + blk * QK, xq + i, 0, OFFSET);
+            if (blk + 1 < nblocks) {
+                q8_0x_quantize(x + b * K + (blk + 1) * QK, xq + i, 1, OFFSET);
+            } else {  /* odd block count: an empty second half (q = 0, d = 0, c = 0) */
+                memset((int8_t *)&xq[i].lo + 16, 0, 16);
+                memset((int8_t *)&xq[i].hi + 16, 0, 16);
+                memset((float *)&xq[i].d + 4, 0, 4 * sizeof(float));
+                memset((int32_t *)&xq[i].c + 4, 0, 4 * sizeof(int32_t));
+            }
+        }
+#pragma omp for schedule(dynamic, CHUNK_GROUPS)
+        for (int64_t g = 0; g < groups; g++) {
+            const int64_t n = g * RN;
+            const uint8_t *wg = w + n * row_bytes;
+            const int fullg = n + RN <= N;
+            int64_t b = 0;
+            for (; B > 1 && b + RB <= B; b += RB) {
+                const xpair *xb = xq + b * npairs;
+                if (fullg) {
+                    for (int h = 0; h < RN; h += RNB)
+                        q8_0x_tile(out + b * N + n + h, N, wg + h * row_bytes, row_bytes, xb, nblocks,
+                             RNB, RB);
+                } else {
+                    for (int64_t r = 0; r < N - n; r++)
+                        q8_0x_tile(out + b * N + n + r, N, wg + r * row_bytes, row_bytes, xb,
+                             nblocks, 1, RB);
+                }
+            }
+            for (; b < B; b++) {
+                const xpair *xb = xq + b * npairs;
+                if (fullg) {
+                    q8_0x_tile(out + b * N + n, N, wg, row_bytes, xb, nblocks, RN, 1);
+                } else {
+                    for (int64_t r = 0; r < N - n; r++)
+                        q8_0x_tile(out + b * N + n + r, N, wg + r * row_bytes, row_bytes, xb,
+                             nblocks, 1, 1);
+                }
+            }
+        }
+    }
+    free(xq);
+}
+
+#endif /* STRATA_Q8_0X_RUN_H */
