@@ -16,9 +16,7 @@
  *    lanes of sc*pairs, summed over the 4 chunks (|sum| < 2^31). The min term is one
  *    vpmaddwd of the 8 mins against the 8 bsum pairs. One conversion and two FMAs per
  *    super-block and x row fold both into a float32 accumulator.
- * 4. Tiling: RN weight rows x RB x rows per tile (RN x 1 at decode), rows of weights split
- *    over threads in contiguous chunks; each output is one thread's fixed-order sum, so
- *    results do not depend on the thread count.
+ * 4. Tiling and threads: strata_kquant_run.h (fixed-order sums whatever the thread count).
  */
 #include "strata_kquant.h"
 

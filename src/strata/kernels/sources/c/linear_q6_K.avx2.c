@@ -13,7 +13,7 @@
  *    is one vpmaddwd of the 16 scales against the 16 bsums of x, times 32, subtracted:
  *    sum (q-32)*q_x*sc = sum q*q_x*sc - 32*sum sc*bsum (exact integers). One conversion
  *    and FMA per super-block and x row.
- * 4. Tiling and threads as linear_q4_K.avx2.c: fixed-order sums whatever the thread count.
+ * 4. Tiling and threads: strata_kquant_run.h (fixed-order sums whatever the thread count).
  */
 #include "strata_kquant.h"
 
