@@ -108,7 +108,8 @@ def _tiny() -> ModelSpec:
 def test_ops_follow_the_storage_types_of_the_matrices() -> None:
     ops, unread = ops_for(["Q4_0", "F32", "Q4_0", "F16"])
     assert ops == [*LAYER_OPS, "linear_f16", "linear_f32", "linear_q4_0"] and unread == []
-    assert ops_for(["Q8_0", "Q6_K", "BF16"]) == ([*LAYER_OPS, "linear_q8_0"], ["BF16", "Q6_K"])
+    assert ops_for(["Q8_0", "Q6_K", "BF16", "Q3_K"]) == (
+        [*LAYER_OPS, "linear_q6_K", "linear_q8_0"], ["BF16", "Q3_K"])
 
 
 def test_the_loader_refuses_weights_no_op_reads() -> None:
@@ -118,8 +119,8 @@ def test_the_loader_refuses_weights_no_op_reads() -> None:
     from strata.lab.kernels import needed_ops
 
     assert needed_ops(["Q8_0", "F32"]) == ops_for(["Q8_0", "F32"])[0]
-    with pytest.raises(InputError, match="no lab op multiplies Q6_K"):
-        needed_ops(["Q8_0", "Q6_K"])
+    with pytest.raises(InputError, match="no lab op multiplies Q3_K"):
+        needed_ops(["Q8_0", "Q3_K"])
 
 
 # -- a recorded GPU the vendor stack cannot drive ------------------------------------------------
@@ -191,15 +192,15 @@ def _with_types(spec: ModelSpec, types: dict[str, str]) -> ModelSpec:
     return replace(spec, tensors=tensors)
 
 
-def test_a_q6_k_head_and_a_bf16_matrix_are_named_as_unread(
+def test_a_q3_k_head_and_a_bf16_matrix_are_named_as_unread(
         conn: sqlite3.Connection, rdna4: tuple[str, HostCaps]) -> None:
-    spec = _with_types(_tiny(), {"output.weight": "Q6_K", "blk.0.ffn_down.weight": "BF16"})
+    spec = _with_types(_tiny(), {"output.weight": "Q3_K", "blk.0.ffn_down.weight": "BF16"})
     cov = coverage(spec, "cpu", RecordedHost(conn, *rdna4))
-    assert cov.unread == ["BF16", "Q6_K"] and not cov.runs
+    assert cov.unread == ["BF16", "Q3_K"] and not cov.runs
     assert [p.op for p in cov.ops] == [*LAYER_OPS, "linear_q8_0"]
-    assert "a lab op reading BF16 weights, a lab op reading Q6_K weights" in cov.verdict
+    assert "a lab op reading BF16 weights, a lab op reading Q3_K weights" in cov.verdict
     assert cov.verdict.startswith("runs here once these kernels exist: ")
-    assert cov.to_dict()["unread_types"] == ["BF16", "Q6_K"]
+    assert cov.to_dict()["unread_types"] == ["BF16", "Q3_K"]
 
 
 def test_an_architecture_the_lab_does_not_run_is_a_blocker(
@@ -229,7 +230,8 @@ def test_fit_rules_weights_as_stored_kv_float32_whole_on_a_gpu(strata_home: Path
     assert gpu.placement.device.kv == 2 * 32 * 8 * 128 * 8192 * 4  # float32 K/V
     assert gpu.placement.host.buffers == max(t.nbytes for t in spec.tensors)  # staging
     assert report.model["kv_type"] == "f32"
-    assert [q.quant for q in report.quants] == ["f32", "f16", "q8_0", "q4_0"]
+    # the mixes whose every type a lab op reads (q5_k_m falls back to Q5_1 on odd widths)
+    assert [q.quant for q in report.quants] == ["f32", "f16", "q8_0", "q4_0", "q6_k", "q4_k_m"]
     assert any(r.startswith("lab buffers") for r in report.rules)
 
 

@@ -26,12 +26,14 @@ GLU_OPS = {"silu": "silu_mul"}
 
 def lab_ops_for(weights: ModelWeights) -> list[str]:
     """The lab ops a layer range runs: the layer's own, one linear per matrix storage type."""
-    kinds = sorted({w.kind for w in weights.tensors.values() if len(w.shape) >= 2})
+    matrices = {n: w for n, w in weights.tensors.items() if len(w.shape) >= 2}
+    kinds = sorted({w.kind for w in matrices.values()})
     unread = [k for k in kinds if k not in LINEAR_OPS]
     if unread:
+        first = next(n for n, w in matrices.items() if w.kind == unread[0])
         raise InputError(f"ops lab: no lab op multiplies {', '.join(unread)} weights yet "
-                         "(strata fit MODEL -B lab lists what is missing); use the torch "
-                         "ops (dequantised) or --backend llamacpp")
+                         f"({first} is {unread[0]}; strata fit MODEL -B lab lists what is "
+                         "missing); use the torch ops (dequantised) or --backend llamacpp")
     act = weights.arch.activation
     if act not in GLU_OPS:
         raise InputError(f"ops lab: no lab op computes {act}(gate)·up yet ({weights.arch.name}"

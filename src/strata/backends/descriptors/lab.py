@@ -115,8 +115,14 @@ def _fit() -> BackendRules:
     from strata.lab.plan import LINEAR_OPS, fit_sections
     from strata.models.synthetic import QUANTS
 
-    # the quantisations strata can size whose matrices a lab op reads (as llama.cpp's list)
-    quants = tuple(q for q in QUANTS if QUANTS[q].matrix in LINEAR_OPS)
+    # the quantisations strata can size whose matrices a lab op reads: a mix's default type,
+    # its fallback for odd widths and the Q6_K/Q8_0 its rules give heads and attn_v
+    def reads(q: str) -> bool:
+        types = {QUANTS[q].matrix, QUANTS[q].fallback} | \
+            ({"Q6_K", "Q8_0"} if QUANTS[q].mix else set())
+        return types <= set(LINEAR_OPS)
+
+    quants = tuple(q for q in QUANTS if reads(q))
     cpu, gpu = _rules()
     return BackendRules("lab", (KV_TYPE,), quants, False, {"cpu": cpu, "gpu": gpu}, _runtime,
                         _quant, sections=fit_sections, moe=False)
