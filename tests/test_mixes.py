@@ -107,3 +107,15 @@ def test_fit_names_the_mix_and_sizes_every_mix_exactly(
     table = run_cli("fit", str(path), home=strata_home)
     assert table.returncode == 0, table.stderr
     assert "(Q4_K_M)" in table.stdout and "weights as stored (Q4_K_M): " in table.stdout
+
+
+def test_ring_plan_sizes_a_mix_as_stored(strata_home: Path) -> None:
+    """A ring member holds the file's bytes as stored: the mix's per-tensor bytes, which
+    llama.cpp's rules give before any file exists."""
+    planned = parse_ref("synthetic:tiny-k@q4_k_m").gguf_spec()
+    r = run_cli("ring", "plan", "synthetic:tiny-k@q4_k_m", "--node", "a:1", "-o", "json",
+                home=strata_home)
+    assert r.returncode == 0, r.stderr
+    [stage] = json.loads(r.stdout)["stages"]
+    assert stage["weights_bytes"] == planned.weight_bytes()
+    assert set(planned.bytes_by_type()) == {"Q4_K", "Q6_K", "F32"}
