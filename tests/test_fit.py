@@ -407,7 +407,10 @@ def test_decode_prediction_uses_the_hosts_eta_and_is_close_to_bench(bench_home: 
           f"{measured['avg_ts']:.1f} t/s ({error:+.1%}); η {tg['eta']:.2f} from the DB")
     assert abs(error) <= 0.35
     pp = next(p for p in report["predictions"] if p["phase"] == "prefill")
-    assert pp["eta_n"] == 1 and pp["predicted_ts"] > 0
+    assert pp["predicted_ts"] > 0
+    # the prefill result has its own busy-host monitor: left out (and said so) when other
+    # processes used the CPUs during it, as the decode result would be
+    assert pp["eta_n"] == 1 or any("busy host" in why for why in pp["eta_left_out"]), pp
 
 
 @pytest.mark.slow

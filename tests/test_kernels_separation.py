@@ -169,7 +169,7 @@ def test_a_kernel_wrong_above_the_verified_rows_is_not_served_there(
     # served as if it had won at 1..8 rows: a 512-row call is verified on demand first
     decision = Decision("rmsnorm", "cpu", "kernel", impl, coverage={"rows": (1, 8),
                         "cols": (1, 4096)}, confined=True)
-    choice = Choice(decision, spec, caps=s.caps, host=(s.conn, s.fingerprint, s.caps))
+    choice = Choice(decision, spec, caps=s.caps, host=s)
     x, w = spec.make_inputs({"rows": 512, "cols": 256}, "float32", 0, "cpu")
     out = torch.empty(512, 256)
     choice(out, x, w, eps=1e-6)
