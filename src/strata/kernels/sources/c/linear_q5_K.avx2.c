@@ -23,7 +23,7 @@
 #define BLOCK_BYTES 176
 
 /* acc[r][b] += the super-block `s` of weight rows r < nr against x rows b < nb. */
-static inline __attribute__((always_inline)) void superblock(__m256 acc[RN][RB],
+static inline __attribute__((always_inline)) void superblock(__m256 acc[RMAX][RB],
                                                              const uint8_t *w, int64_t row_bytes,
                                                              const xsb *x, int64_t nsb,
                                                              int64_t s, const int nr,

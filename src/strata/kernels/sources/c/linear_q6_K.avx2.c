@@ -38,15 +38,15 @@ static inline __attribute__((always_inline)) void weights6(const uint8_t *p, __m
 }
 
 /* acc[r][b] += the super-block `s` of weight rows r < nr against x rows b < nb. */
-static inline __attribute__((always_inline)) void superblock(__m256 acc[RN][RB],
+static inline __attribute__((always_inline)) void superblock(__m256 acc[RMAX][RB],
                                                              const uint8_t *w, int64_t row_bytes,
                                                              const xsb *x, int64_t nsb,
                                                              int64_t s, const int nr,
                                                              const int nb) {
     for (int r = 0; r < nr; r++) {
         const uint8_t *p = w + r * row_bytes + s * BLOCK_BYTES;
-        const int8_t *sc = (const int8_t *)(p + 192);
-        const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)sc));
+        const __m128i sc8 = _mm_loadu_si128((const __m128i *)(p + 192));  /* int8 scales */
+        const __m256i sc16 = _mm256_cvtepi8_epi16(sc8);
         __m256i q[8];
         weights6(p, q);
         __m256i sumi[RB];
@@ -57,8 +57,11 @@ static inline __attribute__((always_inline)) void superblock(__m256 acc[RN][RB],
             sumi[b] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(off, 5));
         }
         for (int g = 0; g < 8; g++) {
-            const __m256i scg = _mm256_set_m128i(_mm_set1_epi16(sc[2 * g + 1]),
-                                                 _mm_set1_epi16(sc[2 * g]));
+            /* [sc_2g x8 | sc_2g+1 x8] as int16: one byte shuffle, one widening */
+            const __m256i scg = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(
+                sc8, _mm_set_epi8(2 * g + 1, 2 * g + 1, 2 * g + 1, 2 * g + 1, 2 * g + 1,
+                                  2 * g + 1, 2 * g + 1, 2 * g + 1, 2 * g, 2 * g, 2 * g, 2 * g,
+                                  2 * g, 2 * g, 2 * g, 2 * g)));
             for (int b = 0; b < nb; b++) {
                 const xsb *xb = x + b * nsb + s;
                 const __m256i qx = _mm256_load_si256((const __m256i *)(xb->q + 32 * g));

@@ -3,7 +3,7 @@
  * and min unpacking of q4_K/q5_K, and the tiled, threaded driver. Hashed with each user.
  *
  * A kernel defines BLOCK_BYTES and
- *   static inline void superblock(__m256 acc[RN][RB], const uint8_t *w, int64_t row_bytes,
+ *   static inline void superblock(__m256 acc[RMAX][RB], const uint8_t *w, int64_t row_bytes,
  *                                 const xsb *x, int64_t nsb, int64_t s, int nr, int nb)
  * (acc[r][b] += super-block s of weight rows r < nr against x rows b < nb) between
  * including this header and strata_kquant_run.h, whose kquant_run(out, x, w, B, N, K) then
@@ -20,8 +20,10 @@
 #include "strata_simd.h"
 #include "strata_q8k.h"
 
-#define RN 4              /* weight rows per tile at B = 1 */
+#define RN 1              /* weight rows per tile at B = 1: one sequential stream per row
+                             (4-row tiles ran at half the bandwidth on rows of 8 super-blocks) */
 #define RNB 2             /* weight rows per tile for B > 1 */
+#define RMAX (RN > RNB ? RN : RNB)
 #define RB 2              /* x rows per tile for B > 1 */
 #define CHUNK_ROWS 16     /* weight rows per scheduling chunk */
 

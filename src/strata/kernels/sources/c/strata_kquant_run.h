@@ -13,7 +13,7 @@ static inline void kquant_tile(float *out, int64_t ldo, const uint8_t *w, int64_
 
 static inline void kquant_tile(float *out, int64_t ldo, const uint8_t *w, int64_t row_bytes,
                         const xsb *x, int64_t nsb, const int nr, const int nb) {
-    __m256 acc[RN][RB];
+    __m256 acc[RMAX][RB];
     for (int r = 0; r < nr; r++)
         for (int b = 0; b < nb; b++) acc[r][b] = _mm256_setzero_ps();
     for (int64_t s = 0; s < nsb; s++) superblock(acc, w, row_bytes, x, nsb, s, nr, nb);
