@@ -8,9 +8,13 @@ Measured (2-core EPYC, llama-cpp-python 0.3.36), and the bounds:
   * Q6_K layers alone: KL(llama.cpp || lab) = 0 — q8_K activations, integer super-block
     dots and ggml's float32 d_x·d product reproduce ggml_vec_dot_q6_K_q8_K bit for bit.
     Bound 1e-12.
-  * Q4_K layers (Q4_K_M with head and table at Q8_0): 9e-7. llama.cpp repacks Q4_K into
-    its interleaved 8x8 layout at load and sums the super-blocks in another order, so a
-    rare q8 rounding flips downstream. Bound 3e-6.
+  * Q4_K layers (Q4_K_M with head and table at Q8_0): 9e-7 on the portable C built-in,
+    7.7e-6 on the AVX2 one (dispatch's choice here). llama.cpp repacks Q4_K into its
+    interleaved 8x8 layout at load and sums in yet another order; a float32 ulp of
+    difference in a layer's output flips a q8 rounding of the next layer's input now and
+    then, and the AVX2 kernel's eight-lane partial sums differ from llama.cpp's order more
+    than the scalar loop does (its result is as close to the float64 oracle: 1.0e-6 vs
+    0.7e-6 of the RMS on the verification shapes). Bound 2e-5.
   * Whole mixes: 4e-6 (Q4_K_M, Q5_K_M), 9e-6 (Q6_K: its token table alone costs 6e-6 —
     the lab's rows equal gguf-py's dequantisation bit for bit, llama.cpp's lookup differs
     somewhere we have not found). Bound 2e-5, and the torch backend (the same file
@@ -62,7 +66,7 @@ def _isolated(home: Path, ftype: int) -> Path:
     return dst
 
 
-@pytest.mark.parametrize(("ftype", "bound"), [(18, 1e-12), (15, 3e-6)], ids=["q6_K", "q4_K"])
+@pytest.mark.parametrize(("ftype", "bound"), [(18, 1e-12), (15, 2e-5)], ids=["q6_K", "q4_K"])
 def test_k_quant_layers_follow_ggml_numerics(home: Path, ftype: int, bound: float) -> None:
     path = _isolated(home, ftype)
     kl = max_kl(llama_cpp_logits(path, IDS), lab_logits(path, IDS))
