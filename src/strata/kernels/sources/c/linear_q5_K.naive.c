@@ -7,7 +7,6 @@
  * A q5_K super-block is 176 bytes: fp16 d, fp16 dmin, 12 bytes of packed 6-bit scales and
  * mins, qh[32] (the fifth bit: bit 2c of qh[l] for weight 64c+l, bit 2c+1 for 64c+32+l),
  * then 128 bytes of nibbles laid out as q4_K's. Rows over OpenMP threads. */
-#include <stdlib.h>
 #include "strata_half.h"
 #include "strata_q8k.h"
 
@@ -39,19 +38,5 @@ static float superblock(const uint8_t *p, const q8k_block *y) {
 
 void strata_linear_q5_K(float *out, const float *x, const uint8_t *w,
                         int64_t B, int64_t N, int64_t K) {
-    const int64_t nsb = K / QK_K;
-    q8k_block *qx = malloc((size_t)(B * nsb + 1) * sizeof(q8k_block));
-    if (!qx) return;  /* out stays NaN: fails loudly */
-    q8k_quantize_rows(x, qx, B, K);
-#pragma omp parallel for schedule(static)
-    for (int64_t n = 0; n < N; n++) {
-        const uint8_t *row = w + n * nsb * BLOCK_BYTES;
-        for (int64_t b = 0; b < B; b++) {
-            float sum = 0.0f;
-            for (int64_t s = 0; s < nsb; s++)
-                sum += superblock(row + s * BLOCK_BYTES, qx + b * nsb + s);
-            out[b * N + n] = sum;
-        }
-    }
-    free(qx);
+    q8k_linear(out, x, w, B, N, K, BLOCK_BYTES, superblock);
 }

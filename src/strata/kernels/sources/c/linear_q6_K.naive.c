@@ -7,7 +7,6 @@
  * (0, 1) uses ql[64h..64h+63] and qh[32h..32h+31]: for l < 32, weights 128h+l, +32, +64, +96
  * take ql[l] & 15, ql[l+32] & 15, ql[l] >> 4, ql[l+32] >> 4 as low bits and bits 0-1, 2-3,
  * 4-5, 6-7 of qh[l] as high bits; weight v's scale is scales[v / 16]. */
-#include <stdlib.h>
 #include "strata_half.h"
 #include "strata_q8k.h"
 
@@ -38,19 +37,5 @@ static float superblock(const uint8_t *p, const q8k_block *y) {
 
 void strata_linear_q6_K(float *out, const float *x, const uint8_t *w,
                         int64_t B, int64_t N, int64_t K) {
-    const int64_t nsb = K / QK_K;
-    q8k_block *qx = malloc((size_t)(B * nsb + 1) * sizeof(q8k_block));
-    if (!qx) return;  /* out stays NaN: fails loudly */
-    q8k_quantize_rows(x, qx, B, K);
-#pragma omp parallel for schedule(static)
-    for (int64_t n = 0; n < N; n++) {
-        const uint8_t *row = w + n * nsb * BLOCK_BYTES;
-        for (int64_t b = 0; b < B; b++) {
-            float sum = 0.0f;
-            for (int64_t s = 0; s < nsb; s++)
-                sum += superblock(row + s * BLOCK_BYTES, qx + b * nsb + s);
-            out[b * N + n] = sum;
-        }
-    }
-    free(qx);
+    q8k_linear(out, x, w, B, N, K, BLOCK_BYTES, superblock);
 }

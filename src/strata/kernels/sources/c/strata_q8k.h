@@ -9,6 +9,7 @@
 
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define QK_K 256
@@ -58,6 +59,31 @@ static inline void q8k_scale_min(int j, const uint8_t *s, int *sc, int *m) {
         *sc = (s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4);
         *m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
     }
+}
+
+/* out[b, n] = sum over the K/256 super-blocks of superblock(weight row n's block, x row b's
+ * q8_K block), accumulated in float32 (the portable K-quant kernels: x quantised once,
+ * weight rows over OpenMP threads, each output one thread's fixed-order sum). */
+typedef float (*q8k_superblock_fn)(const uint8_t *p, const q8k_block *y);
+
+static inline void q8k_linear(float *out, const float *x, const uint8_t *w, int64_t B,
+                              int64_t N, int64_t K, int64_t block_bytes,
+                              q8k_superblock_fn superblock) {
+    const int64_t nsb = K / QK_K;
+    q8k_block *qx = malloc((size_t)(B * nsb + 1) * sizeof(q8k_block));
+    if (!qx) return;  /* out stays NaN: fails loudly */
+    q8k_quantize_rows(x, qx, B, K);
+#pragma omp parallel for schedule(static)
+    for (int64_t n = 0; n < N; n++) {
+        const uint8_t *row = w + n * nsb * block_bytes;
+        for (int64_t b = 0; b < B; b++) {
+            float sum = 0.0f;
+            for (int64_t s = 0; s < nsb; s++)
+                sum += superblock(row + s * block_bytes, qx + b * nsb + s);
+            out[b * N + n] = sum;
+        }
+    }
+    free(qx);
 }
 
 #endif
