@@ -115,7 +115,13 @@ def _linear_q(kind: str, x: Any, w: Any, *, half_away: bool = False, guard: bool
     v = blocks * inv.unsqueeze(-1)
     q = torch.sign(v) * torch.floor(v.abs() + 0.5) if half_away else torch.round(v)
     ax = (q * d.unsqueeze(-1)).double().reshape(B, K)
-    return (ax @ _quant.dequantize(kind, w, K).T).float()
+    qw, dw = _quant.decode(kind, w, K)
+    out = ax @ (qw * dw.unsqueeze(-1)).double().reshape(w.shape[0], K).T
+    m = _quant.minimum(kind, w, K)
+    if m is not None:  # q4_1/q5_1: + m_w * s_x, s_x = fp16(f32(amax/127) * sum q_x)
+        s_x = ((amax / 127.0) * q.sum(-1)).to(torch.float16).double()
+        out = out + s_x @ m.double().T
+    return out.float()
 
 
 def _ce_unshifted(logits: Any, target: Any) -> tuple[Any, Any]:
@@ -252,7 +258,7 @@ VIOLATORS: dict[tuple[str, str], Violator] = {
     ("cross_entropy_fused", "ignore_index"): lambda sp, i, p, s: sp.reference(
         i[0].double(), i[1].clamp(0, s["V"] - 1)),
 }
-for _kind in ("q8_0", "q4_0", "q5_0"):
+for _kind in ("q8_0", "q4_0", "q5_0", "q4_1", "q5_1"):
     VIOLATORS.update({
         (f"linear_{_kind}", "ties"):
             lambda sp, i, p, s, k=_kind: _linear_q(k, *i, half_away=True),
@@ -467,7 +473,8 @@ def test_dims_recover_the_shape_from_the_call_tensors(op: str) -> None:
 # the dim that counts the rows (tokens) an op is called with
 ROWS = {"rmsnorm": "rows", "silu_mul": "rows", "rope": "T", "attention_cached": "T",
         "linear_f32": "B", "linear_f16": "B", "linear_q8_0": "B", "linear_q4_0": "B",
-        "linear_q5_0": "B", "linear_q4_K": "B", "linear_q5_K": "B", "linear_q6_K": "B",
+        "linear_q5_0": "B", "linear_q4_1": "B", "linear_q5_1": "B", "linear_q4_K": "B",
+        "linear_q5_K": "B", "linear_q6_K": "B",
         "rmsnorm_backward": "rows", "silu_mul_backward": "rows", "rope_backward": "T",
         "cross_entropy_fused": "rows", "matmul": "M"}
 

@@ -1,4 +1,4 @@
-"""Quantised linear layers with ggml's numerics: linear_q8_0, linear_q4_0 and linear_q5_0.
+"""Quantised linear layers with ggml's numerics: linear_q8_0, q4_0, q5_0, q4_1 and q5_1.
 
 x is quantised to q8_0 blocks as ggml's AVX2 path does (d = fp16(amax/127), id = 127/amax,
 round half to even), then integer block dots against the GGUF weights. Checked here: the
@@ -28,7 +28,8 @@ from strata.kernels.spec import get_spec
 from strata.kernels.verify import Pending, VerifyContext, finish, plan, run_pending
 from tests.conftest import verify_cases
 
-OPS = ("linear_q8_0", "linear_q4_0", "linear_q5_0")
+OPS = ("linear_q8_0", "linear_q4_0", "linear_q5_0", "linear_q4_1", "linear_q5_1")
+PORTABLE_ONLY = ("linear_q4_1", "linear_q5_1")
 SOURCES = Path(__file__).parent.parent / "src/strata/kernels/sources/c"
 
 
@@ -52,13 +53,24 @@ def numpy_ggml(kind: str, x: np.ndarray, w: np.ndarray) -> np.ndarray:
     elif kind == "q4_0":
         body = blocks[:, :, 2:].astype(np.int64)
         qw = np.concatenate([body & 0xF, body >> 4], axis=2) - 8
-    else:  # q5_0: qh is a little-endian uint32 of fifth bits, then q4_0's nibble bytes
-        qh = blocks[:, :, 2:6].copy().view("<u4")[:, :, 0].astype(np.int64)
-        body = blocks[:, :, 6:].astype(np.int64)
-        bits = (qh[:, :, None] >> np.arange(32)) & 1
-        qw = np.concatenate([body & 0xF, body >> 4], axis=2) + 16 * bits - 16
+    else:  # q5_0 / q4_1 / q5_1: [d, (m,)] [qh: little-endian uint32 of fifth bits] nibbles
+        mins = kind in ("q4_1", "q5_1")
+        at = 4 if mins else 2
+        body = blocks[:, :, -16:].astype(np.int64)
+        qw = np.concatenate([body & 0xF, body >> 4], axis=2)
+        if kind != "q4_1":
+            qh = blocks[:, :, at:at + 4].copy().view("<u4")[:, :, 0].astype(np.int64)
+            qw = qw + 16 * ((qh[:, :, None] >> np.arange(32)) & 1)
+        if not mins:
+            qw = qw - 16
     isum = np.einsum("bkj,nkj->bnk", qx, qw)  # int64, exact
-    return (isum * dx[:, None, :] * dw[None, :, :]).sum(axis=2)
+    out = (isum * dx[:, None, :] * dw[None, :, :]).sum(axis=2)
+    if kind in ("q4_1", "q5_1"):  # + m_w * s_x, s_x = fp16(float32(amax/127) * sum q_x)
+        m = blocks[:, :, 2:4].copy().view(np.float16)[:, :, 0].astype(np.float64)
+        d32 = (amax / np.float32(127)).astype(np.float32)
+        s_x = (d32 * qx.sum(axis=2).astype(np.float32)).astype(np.float16).astype(np.float64)
+        out = out + s_x @ m.T
+    return out
 
 
 @pytest.mark.parametrize("op", OPS)
@@ -198,8 +210,10 @@ def test_c_implementations_verify_in_the_sandbox(ctx: VerifyContext) -> None:
     """Every verify shape (B > 1 with ragged tails of both tiles, several thread chunks) and
     every seed, on one, the default and an oversubscribed number of threads."""
     impls = [i for i in builtin_implementations() if i.op in OPS and i.dialect == "c"]
-    assert {(i.op, i.name) for i in impls} == {(op, n) for op in OPS
-                                                for n in ("c.naive", "c.avx2")}
+    # q4_1/q5_1 (the rarer fallbacks, q8_1 activations) have only the portable kernel yet
+    assert {(i.op, i.name) for i in impls} == {(op, n) for op in OPS for n in ("c.naive",
+                                                                            "c.avx2")
+                                                if n == "c.naive" or op not in PORTABLE_ONLY}
     runnable = [i for i in impls if not i.requires.check(ctx.caps)]
     for verdict in _run(ctx, [_pending(i, ctx) for i in runnable]):
         assert verdict.status == "pass", (verdict.impl.key, verdict.reason, verdict.message,

@@ -4,7 +4,8 @@ Files: tiny-k (whole 256-value rows, 8 layers) quantised by llama.cpp's own quan
 mixes people download (Q4_K_M, Q5_K_M, Q6_K), and files that isolate one type (every other
 matrix Q8_0, whose path already matches llama.cpp exactly: tests/test_backend_lab.py).
 
-Measured (2-core EPYC, llama-cpp-python 0.3.36), and the bounds:
+Measured (2-core EPYC, llama-cpp-python 0.3.36), and the bounds (the odd-width fallbacks
+Q5_0 and Q5_1 in their own test):
   * Q6_K layers alone: KL(llama.cpp || lab) = 0 — q8_K activations, integer super-block
     dots and ggml's float32 d_x·d product reproduce ggml_vec_dot_q6_K_q8_K bit for bit.
     Bound 1e-12.
@@ -71,6 +72,17 @@ def test_k_quant_layers_follow_ggml_numerics(home: Path, ftype: int, bound: floa
     path = _isolated(home, ftype)
     kl = max_kl(llama_cpp_logits(path, IDS), lab_logits(path, IDS))
     print(f"\nftype {ftype} layers, Q8_0 head and table: max KL(llama.cpp || lab) {kl:.1e}")
+    assert kl <= bound
+
+
+@pytest.mark.parametrize(("mix", "bound"), [("q5_k_m", 1e-12), ("q4_k_m", 1e-6)])
+def test_odd_width_fallbacks_follow_ggml_numerics(home: Path, mix: str, bound: float) -> None:
+    """tiny's rows of 64 hold no K block: llama.cpp stores Q5_K_M's matrices as Q5_1 (q8_1
+    activations: the min term through s_x = fp16(d·Σq)) and Q4_K_M's as Q5_0, heads at
+    Q8_0. Measured: Q5_1 KL 0 (bit for bit), Q5_0 6.7e-7."""
+    path = resolve(f"synthetic:tiny@{mix}").path("gguf", "lab")
+    kl = max_kl(llama_cpp_logits(path, IDS), lab_logits(path, IDS))
+    print(f"\ntiny@{mix} (fallback types): max KL(llama.cpp || lab) {kl:.1e}")
     assert kl <= bound
 
 

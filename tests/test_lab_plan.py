@@ -230,8 +230,9 @@ def test_fit_rules_weights_as_stored_kv_float32_whole_on_a_gpu(strata_home: Path
     assert gpu.placement.device.kv == 2 * 32 * 8 * 128 * 8192 * 4  # float32 K/V
     assert gpu.placement.host.buffers == max(t.nbytes for t in spec.tensors)  # staging
     assert report.model["kv_type"] == "f32"
-    # the mixes whose every type a lab op reads (q5_k_m falls back to Q5_1 on odd widths)
-    assert [q.quant for q in report.quants] == ["f32", "f16", "q8_0", "q4_0", "q6_k", "q4_k_m"]
+    # the mixes whose every type a lab op reads (q3_k_m and q2_k need Q3_K/Q2_K)
+    assert [q.quant for q in report.quants] == ["f32", "f16", "q8_0", "q4_0", "q6_k", "q5_k_m",
+                                                "q4_k_m"]
     assert any(r.startswith("lab buffers") for r in report.rules)
 
 

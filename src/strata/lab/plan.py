@@ -27,8 +27,9 @@ if TYPE_CHECKING:
 
 # GGML storage type of a 2-D weight -> the lab op that multiplies activations by it
 LINEAR_OPS = {"F32": "linear_f32", "F16": "linear_f16", "Q8_0": "linear_q8_0",
-              "Q4_0": "linear_q4_0", "Q5_0": "linear_q5_0", "Q4_K": "linear_q4_K",
-              "Q5_K": "linear_q5_K", "Q6_K": "linear_q6_K"}
+              "Q4_0": "linear_q4_0", "Q5_0": "linear_q5_0", "Q4_1": "linear_q4_1",
+              "Q5_1": "linear_q5_1", "Q4_K": "linear_q4_K", "Q5_K": "linear_q5_K",
+              "Q6_K": "linear_q6_K"}
 # the ops every layer runs whatever the weights' types
 LAYER_OPS = ("rmsnorm", "rope", "attention_cached", "silu_mul")
 # storage types of 1-D tensors (norms, biases) the loader widens to float32 itself

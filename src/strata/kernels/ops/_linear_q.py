@@ -1,4 +1,5 @@
-"""Shared spec builder for the quantised linear layers with ggml's numerics (q8_0, q4_0, q5_0).
+"""Shared spec builder for the quantised linear layers with ggml's numerics (q8_0, q4_0, q5_0;
+q4_1, q5_1).
 
 `linear_<kind>(x, w)`: x float32 `[B,K]`, w the GGUF blocks as stored (uint8 `[N, K/32*bytes]`),
 out float32 `[B,N]`. Unlike `matvec_<kind>` (fp32 activations against dequantised weights),
@@ -22,6 +23,12 @@ values: faster, and off by float32 rounding over K terms (~1e-5 of the RMS at K 
 over K/32 blocks. `make_inputs` plants blocks that exercise the rules the random data would
 almost never reach: exact ties x*id = k+0.5 (round-half-even vs round-half-away), an all-zero
 block (id = 0) and an fp16-subnormal scale.
+
+q4_1 / q5_1 (value d_w*q + m_w, q the unsigned nibble or nibble+16*bit) dot against q8_1
+(`vec_dot_q4_1_q8_1`): x quantised as above plus s_x = fp16(f32(amax/127) * sum_j q_x[j]) per
+block (ggml's AVX2 quantize_row_q8_1: the float32 d, not its fp16 rounding), and
+
+    out   = sum_blocks f32(d_w) * f32(d_x) * isum + f32(m_w) * f32(s_x)
 """
 
 from __future__ import annotations
@@ -72,6 +79,16 @@ def quantize_rows(x: Any) -> tuple[Any, Any]:
     return q, d
 
 
+def q8_1_sums(x: Any, qx: Any) -> Any:
+    """ggml's AVX2 quantize_row_q8_1 adds s = fp16(d·Σq) per block, with d = amax/127 in
+    float32 (not its fp16 rounding): float32 [B, K/32]. q4_1/q5_1's min term reads it."""
+    import torch
+
+    amax = x.to(torch.float32).reshape(x.shape[0], -1, QK).abs().amax(dim=-1)
+    d32 = (amax.to(torch.float64) / 127.0).to(torch.float32)
+    return (d32 * qx.sum(-1)).to(torch.float16).to(torch.float32)  # float32 product, then fp16
+
+
 def _weights(kind: str, w: Any, k: int) -> tuple[Any, Any]:
     """(q float32 [N, K/32, 32] integer-valued, d float32 [N, K/32]) of the GGUF blocks."""
     return _quant.decode(kind, w, k)
@@ -87,11 +104,16 @@ def linear(kind: str, x: Any, w: Any, acc: Any = None, chunk_rows: int = 2048) -
     B, K = x.shape
     qx, dx = quantize_rows(x)
     ax = (qx * dx.unsqueeze(-1)).to(acc).reshape(B, K)  # d_x*q_x: exact in float32 already
+    sx = q8_1_sums(x, qx).to(acc) if kind in _quant.MIN_KINDS else None
     out = torch.empty(B, w.shape[0], dtype=torch.float32, device=x.device)
     for n0 in range(0, w.shape[0], chunk_rows):
-        qw, dw = _weights(kind, w[n0:n0 + chunk_rows].to(x.device), K)
+        rows = w[n0:n0 + chunk_rows].to(x.device)
+        qw, dw = _weights(kind, rows, K)
         aw = (qw * dw.unsqueeze(-1)).to(acc).reshape(qw.shape[0], K)  # exact (8+11 bits)
-        out[:, n0:n0 + chunk_rows] = (ax @ aw.T).to(torch.float32)
+        y = ax @ aw.T
+        if sx is not None:  # q4_1/q5_1: + Σ_blocks m_w·s_x (fp16·fp16: exact in float32)
+            y = y + sx @ _quant.minimum(kind, rows, K).to(acc).T
+        out[:, n0:n0 + chunk_rows] = y.to(torch.float32)
     return out
 
 
@@ -194,7 +216,8 @@ def _spec(kind: str) -> KernelSpec:
     assert all(k % QK == 0 for k in h + f)
     return KernelSpec(
         name=f"linear_{kind}",
-        summary=f"x @ {kind} weight^T with ggml's numerics (x quantised to q8_0, integer dots)",
+        summary=f"x @ {kind} weight^T with ggml's numerics (x quantised to "
+                f"{'q8_1' if kind in _quant.MIN_KINDS else 'q8_0'}, integer dots)",
         inputs=("x", "w"),
         make_inputs=inputs,
         out_shape=lambda s: (s["B"], s["N"]),
