@@ -149,16 +149,16 @@ def report(
 def quality(
     model: Annotated[str, typer.Argument(
         help="file.gguf, a Hugging Face dir (with its tokenizer files), synthetic:<preset>"
-        "\\[@f32|f16|q8_0|q4_0|q6_k|q5_k_m|q4_k_m|q3_k_m|q2_k] or ollama:NAME\\[:TAG] (a "
-        "pulled model).")],
+        "\\[@quant] (f32, f16, q8_0, q4_0, q6_k, q5_k_m, q4_k_m, q3_k_m, q2_k) or "
+        "ollama:NAME\\[:TAG] (a pulled model).")],
     ref: Annotated[str | None, typer.Option(
         "--ref", metavar="MODEL", help="Reference with the same vocabulary (e.g. the f16 of a "
         "q4_0): adds KL divergence, top-1 agreement and the speed ratio of the two.")] = None,
     quants: Annotated[str | None, typer.Option(
         "--quants", metavar="MIXES", help="Quantise MODEL (an f16/f32 GGUF) to each of these "
         "llama.cpp mixes with llama.cpp's own quantizer (q8_0, q6_k, q5_k_m, q4_k_m, q4_0, "
-        "q3_k_m, q2_k, f16; comma-separated) and score each against MODEL: the "
-        "quality/size frontier.", show_default=False)] = None,
+        "q3_k_m, q2_k, f16; comma-separated) and score each one against MODEL.",
+        show_default=False)] = None,
     text: Annotated[Path | None, typer.Option(
         "--text", metavar="FILE", help="UTF-8 text to score (default: the stdlib's pydoc "
         "topics, offline).")] = None,
