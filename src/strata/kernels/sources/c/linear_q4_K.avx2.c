@@ -20,50 +20,12 @@
 
 #define BLOCK_BYTES 144
 
-/* acc[r][b] += the super-block `s` of weight rows r < nr against x rows b < nb. */
 static inline __attribute__((always_inline)) void superblock(__m256 acc[RMAX][RB],
                                                              const uint8_t *w, int64_t row_bytes,
                                                              const xsb *x, int64_t nsb,
                                                              int64_t s, const int nr,
                                                              const int nb) {
-    const __m256i low4 = _mm256_set1_epi8(0x0F);
-    for (int r = 0; r < nr; r++) {
-        const uint8_t *p = w + r * row_bytes + s * BLOCK_BYTES;
-        const __m128i sm8 = kquant_scales_mins(p + 4);
-        const __m256i sm16 = _mm256_cvtepu8_epi16(sm8);  /* 8 scales | 8 mins as int16 */
-        const __m128i mins = _mm256_extracti128_si256(sm16, 1);
-        uint8_t sc[16];
-        _mm_storeu_si128((__m128i *)sc, sm8);
-        __m256i sumi[RB];
-        for (int b = 0; b < nb; b++) sumi[b] = _mm256_setzero_si256();
-        for (int c = 0; c < 4; c++) {
-            const __m256i bytes = _mm256_loadu_si256((const __m256i *)(p + 16 + 32 * c));
-            const __m256i lo = _mm256_and_si256(bytes, low4);
-            const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), low4);
-            const __m256i sc_lo = _mm256_set1_epi16(sc[2 * c]);
-            const __m256i sc_hi = _mm256_set1_epi16(sc[2 * c + 1]);
-            for (int b = 0; b < nb; b++) {
-                const xsb *xb = x + b * nsb + s;
-                const __m256i q0 = _mm256_load_si256((const __m256i *)(xb->q + 64 * c));
-                const __m256i q1 = _mm256_load_si256((const __m256i *)(xb->q + 64 * c + 32));
-                const __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, q0), sc_lo);
-                const __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, q1), sc_hi);
-                sumi[b] = _mm256_add_epi32(sumi[b], _mm256_add_epi32(p0, p1));
-            }
-        }
-        const __m256 d = half_at(p), dmin = half_at(p + 2);
-        for (int b = 0; b < nb; b++) {
-            const xsb *xb = x + b * nsb + s;
-            const __m256 dx = _mm256_set1_ps(xb->d);
-            const __m128i msum = _mm_madd_epi16(mins, _mm_load_si128((const __m128i *)xb->bsum32));
-            /* f32(d_x*d) and f32(d_x*dmin): ggml's rounded products, then the FMAs */
-            acc[r][b] = _mm256_fmadd_ps(_mm256_mul_ps(dx, d), _mm256_cvtepi32_ps(sumi[b]),
-                                        acc[r][b]);
-            acc[r][b] = _mm256_fnmadd_ps(_mm256_mul_ps(dx, dmin),
-                                         _mm256_cvtepi32_ps(_mm256_zextsi128_si256(msum)),
-                                         acc[r][b]);
-        }
-    }
+    kquant_superblock_45(acc, w, row_bytes, x, nsb, s, nr, nb, 0);
 }
 
 #include "strata_kquant_run.h"

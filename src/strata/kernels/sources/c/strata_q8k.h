@@ -61,6 +61,32 @@ static inline void q8k_scale_min(int j, const uint8_t *s, int *sc, int *m) {
     }
 }
 
+/* One q4_K (five = 0) or q5_K (five = 1: qh[32] before the nibbles) super-block against x's
+ * q8_K block (ggml's vec_dot_q4_K/q5_K_q8_K, one super-block). */
+static inline float q8k_superblock_45(const uint8_t *p, const q8k_block *y, int five) {
+    const float d = half_to_float((uint16_t)(p[0] | (p[1] << 8)));
+    const float dmin = half_to_float((uint16_t)(p[2] | (p[3] << 8)));
+    const uint8_t *qh = p + 16, *qs = p + (five ? 48 : 16);
+    int32_t sumi = 0, summ = 0;
+    for (int c = 0; c < 4; c++) {
+        int sc_lo, m_lo, sc_hi, m_hi;
+        q8k_scale_min(2 * c, p + 4, &sc_lo, &m_lo);
+        q8k_scale_min(2 * c + 1, p + 4, &sc_hi, &m_hi);
+        int32_t lo = 0, hi = 0;
+        for (int l = 0; l < 32; l++) {
+            const int32_t q_lo = (qs[32 * c + l] & 0xF) | (five ? ((qh[l] >> (2 * c)) & 1) << 4 : 0);
+            const int32_t q_hi = (qs[32 * c + l] >> 4) | (five ? ((qh[l] >> (2 * c + 1)) & 1) << 4 : 0);
+            lo += q_lo * y->q[64 * c + l];
+            hi += q_hi * y->q[64 * c + 32 + l];
+        }
+        sumi += sc_lo * lo + sc_hi * hi;
+        summ += m_lo * (y->bsums[4 * c] + y->bsums[4 * c + 1]) +
+                m_hi * (y->bsums[4 * c + 2] + y->bsums[4 * c + 3]);
+    }
+    const float dd = y->d * d, dm = y->d * dmin;
+    return dd * (float)sumi - dm * (float)summ;
+}
+
 /* out[b, n] = sum over the K/256 super-blocks of superblock(weight row n's block, x row b's
  * q8_K block), accumulated in float32 (the portable K-quant kernels: x quantised once,
  * weight rows over OpenMP threads, each output one thread's fixed-order sum). */
