@@ -4,11 +4,14 @@ llama.cpp's own quantizer, each scored against MODEL (issue "Real files")."""
 from __future__ import annotations
 
 import json
+import re
+from html import escape as html_escape
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import home_db, run_cli
+from tests.seed_host import seed_host
 
 pytest.importorskip("llama_cpp", reason="llama-cpp-python (the llamacpp extra) not installed")
 
@@ -46,3 +49,40 @@ def test_bad_quants_input_is_one_line(strata_home: Path, args: tuple[str, ...],
     assert r.returncode == 2 and says in r.stderr, r.stderr
     assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
     assert not (strata_home / "cache" / "quants").exists()
+
+
+def test_mixes_are_named_by_model_and_mix_in_the_table_the_db_and_the_report(
+        strata_home: Path, tmp_path: Path) -> None:
+    """A quantised file lives in strata's cache; what the user reads is MODEL@mix, and the
+    report's frontier draws one point per mix with the f16 as the anchor (the host's
+    roofline seeded: `strata report` wants a probed host)."""
+    seed_host(strata_home)
+    r = run_cli("quality", MODEL, "--quants", "q8_0,q4_k_m", "--ctx", "64", "--max-chunks", "2",
+                home=strata_home)
+    assert r.returncode == 0, r.stderr
+    names = [f"{MODEL}@q8_0", f"{MODEL}@q4_k_m"]
+    rows = [line for line in r.stdout.splitlines() if line.startswith("│")]
+    assert [row.split("│")[1].strip() for row in rows] == names, r.stdout
+    # the cache path appears only where it is the thing to type: what to bench for speed
+    assert all("cache/quants" not in line or "run strata bench on both (" in line
+               for line in r.stdout.splitlines()), r.stdout
+    assert "q4_k_m vs f16 (llamacpp)" in r.stdout and "q8_0 vs f16 (llamacpp)" in r.stdout
+    # the stored rows: the label as the model, the mix as model_label, the file in info
+    with home_db(strata_home) as conn:
+        stored = [json.loads(row["data"]) for row in conn.execute(
+            "SELECT data FROM measurements WHERE kind = 'quality' ORDER BY id")]
+    assert [(s["model"], s["model_label"], s["ref"], s["ref_label"]) for s in stored] == [
+        (names[0], "q8_0", MODEL, "f16"), (names[1], "q4_k_m", MODEL, "f16")]
+    assert all(Path(s["info"]["model_file"]).is_file() for s in stored)
+
+    out = tmp_path / "report.html"
+    rep = run_cli("report", "--out", str(out), home=strata_home)
+    assert rep.returncode == 0, rep.stderr
+    html = out.read_text(encoding="utf-8")
+    frontier = re.search(r'<section id="frontier"[^>]*>(.*?)</section>', html, re.S)
+    assert frontier, "no frontier section"
+    body = frontier.group(1)
+    for name in names:
+        assert f"<td>{html_escape(name)}</td>" in body, name
+    assert f"<td>{html_escape(MODEL)} (reference)</td>" in body  # the anchor
+    assert "cache/quants" not in body

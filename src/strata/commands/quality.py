@@ -87,7 +87,9 @@ def quality_main(model: str, ref: str | None, text: Path | None, ctx: int, backe
 def quants_main(model: str, quants: str, config: QualityConfig, conn: sqlite3.Connection,
                 out: Console, err: Console, fmt: str) -> list[QualityResult]:
     """`--quants`: MODEL (f16/f32) quantised to each mix by llama.cpp, each scored with MODEL
-    as the reference; one table (and frontier line) for them all."""
+    as the reference; one table (and frontier line) for them all. Each mix is named
+    "MODEL@q4_k_m" (what the user typed, plus the mix), never by its cache path: the table,
+    the stored rows and the report's frontier all show that name, model_label the mix."""
     from dataclasses import replace
 
     from strata.quality.quants import mix_files, parse_quants
@@ -95,7 +97,8 @@ def quants_main(model: str, quants: str, config: QualityConfig, conn: sqlite3.Co
     mixes = parse_quants(quants)  # a bad list fails before anything is quantised
     files = mix_files(model, mixes, lambda m: err.print(m, markup=False, highlight=False))
     results: list[QualityResult] = []
-    for _mix, path in files:
-        results += run_quality_command(conn, replace(config, model=str(path), ref=model), err)
+    for mix, path in files:
+        named = replace(config, model=str(path), ref=model, name=f"{model}@{mix.key}")
+        results += run_quality_command(conn, named, err)
     print_results(results, fmt, out, err)
     return results

@@ -36,6 +36,9 @@ class QualityConfig:
     ctx: int = DEFAULT_CTX
     backend: str = "auto"  # see scorers.BACKEND_CHOICES
     max_chunks: int = DEFAULT_MAX_CHUNKS
+    # what the results call the model when `model` is not a name a user knows (--quants: a
+    # cached file, named "MODEL@q4_k_m"); the file itself is kept in info["model_file"]
+    name: str | None = None
 
 
 @dataclass
@@ -190,11 +193,14 @@ def run_quality(p: Prepared, backend: str, progress: Progress | None = None) -> 
             if progress:
                 progress(i + 1, p.plan.n_chunks)
         info = scorers[0].info()
+        if p.config.name:
+            info = {**info, "model_file": p.model.ref}
     finally:
         for s in scorers:
             s.close()
     return QualityResult(
-        model=p.model.ref, ref=p.ref.ref if p.ref else None, backend=backend, ctx=p.plan.ctx,
+        model=p.config.name or p.model.ref, ref=p.ref.ref if p.ref else None, backend=backend,
+        ctx=p.plan.ctx,
         figures=summarize(scores), text_name=p.text.name, text_sha256=p.text.sha256,
         text_tokens=len(p.plan.tokens), tokenizer=p.plan.tokens.scheme,
         seconds=(time.perf_counter_ns() - t0) / 1e9, model_label=label(p.model),

@@ -37,7 +37,7 @@ def score_and_store(conn: sqlite3.Connection, config: QualityConfig, console: Co
     fingerprint = this_host(conn, console).fingerprint
     results = []
     for backend in prepared.backends:
-        held, step = progress(f"{config.model} · {backend}: chunks of {config.ctx}",
+        held, step = progress(f"{config.name or config.model} · {backend}: chunks of {config.ctx}",
                               prepared.plan.n_chunks)
         with held:
             result = run_quality(prepared, backend, progress=step)

@@ -53,8 +53,9 @@ def quality_table(records: list[Record]) -> Table:
 
 def _speed(r: Record) -> str:
     s = r.get("speed")
-    if not s:
-        return f"decode speed unknown: run strata bench on both ({r['model']}, {r['ref']})"
+    if not s:  # what to bench: the file itself where the name is a label (--quants)
+        model = (r.get("info") or {}).get("model_file", r["model"])
+        return f"decode speed unknown: run strata bench on both ({model}, {r['ref']})"
     ratio = s["ratio"]
     words = f"{ratio:.2f}x faster" if ratio >= 1 else f"{1 / ratio:.2f}x slower"
     return f"{words} decode ({s['backend']} {s['test']})"
