@@ -455,3 +455,121 @@ def test_unknown_tensor_is_an_input_error(tmp_path: Path) -> None:
     with pytest.raises(InputError) as exc:
         TorchBackend().load(resolve(str(written.path)), F32)
     assert "blk.0.ffn_gate_exps.weight" in str(exc.value) and "\n" not in str(exc.value)
+
+
+# -- a K-quant mix, written by llama.cpp's own quantizer ------------------------------------------
+
+# ggml's CPU vec_dot_type per weight type: what the activations are quantised to before a dot
+# product with that weight (ggml-cpu.c type_traits_cpu). q8_1 rounds like q8_0 (d = amax/127,
+# q = round(x/d)); its extra block sum only enters the min term, computed from the same q.
+VEC_DOT = {"F16": "F16", "Q8_0": "Q8_0", "Q4_0": "Q8_0", "Q5_0": "Q8_0", "Q4_1": "Q8_0",
+           "Q5_1": "Q8_0", "Q2_K": "Q8_K", "Q3_K": "Q8_K", "Q4_K": "Q8_K", "Q5_K": "Q8_K",
+           "Q6_K": "Q8_K"}
+
+
+def _rounded(kind: str, x: torch.Tensor) -> torch.Tensor:
+    """x as ggml hands it to the dot product with a weight whose vec_dot_type is `kind`."""
+    if kind == "F16":
+        return x.half().float()
+    rows = x.reshape(-1, x.shape[-1])
+    if kind == "Q8_K":  # ggml's quantize_row_q8_K_ref (strata's transcription, float32 steps)
+        from strata.kernels.ops._kquant import quantize_q8_k
+
+        q = quantize_q8_k(rows)
+        back = (q.q.to(torch.float32) * q.d[..., None]).reshape(rows.shape)
+    else:
+        t = gguf.GGMLQuantizationType[kind]
+        back = torch.from_numpy(gguf.quants.dequantize(
+            gguf.quants.quantize(rows.numpy(), t), t).astype(np.float32))
+    return back.reshape(x.shape)
+
+
+def ggml_rounding_per_type(model: object, types: dict[str, str],
+                           nudge: int | None = None) -> list[object]:
+    """Pre-hooks rounding each Linear's input by ITS weight's vec_dot_type (a mix has several);
+    `types` maps the transformers weight name to the GGML type stored in the file. `nudge`
+    (a seed): each float32 activation moved by -1, 0 or +1 ulp first, so that values next to
+    a rounding boundary flip as a different summation order (ggml's) would flip them: how far
+    the logits move then is the difference order alone can make, measured without llama.cpp."""
+    gen = torch.Generator().manual_seed(nudge or 0)
+
+    def hook(_m: object, args: tuple[torch.Tensor, ...], kind: str) -> tuple[torch.Tensor]:
+        x = args[0]
+        if nudge is not None:
+            ulp = torch.nextafter(x, torch.full_like(x, float("inf"))) - x
+            x = x + torch.randint(-1, 2, x.shape, generator=gen).float() * ulp
+        return (_rounded(kind, x),)
+
+    hooks = []
+    for name, m in model.named_modules():  # type: ignore[attr-defined]
+        kind = VEC_DOT.get(types.get(f"{name}.weight", "F32"))
+        if isinstance(m, torch.nn.Linear) and kind is not None:
+            hooks.append(m.register_forward_pre_hook(
+                lambda m_, args, kind=kind: hook(m_, args, kind)))
+    return hooks
+
+
+K_SHAPE = Shape(hidden=256, n_heads=4, n_kv_heads=2, ffn=512)  # every row whole super-blocks
+
+
+def test_torch_logits_equal_llama_cpps_on_a_k_quant_mix(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Q4_K_M as llama.cpp's quantizer writes it (Q4_K matrices, Q6_K for the head and the
+    attn_v / ffn_down its rules single out): the loader's dequantisation (gguf-py's) through
+    torch, with ggml's q8_K activation rounding per Linear, against llama.cpp's own logits."""
+    from strata.backends.llamacpp_quantize import quantize_gguf
+    from strata.models.gguf_torch import hf_name
+    from strata.models.mixes import MIXES
+
+    src = write_converter_gguf(tmp_path / "llama-f16.gguf", "F16", shape=K_SHAPE,
+                               peaked=False)
+    path = tmp_path / "llama-q4_k_m.gguf"
+    quantize_gguf(src.path, path, MIXES["q4_k_m"].ftype, threads=2)
+    reader = gguf.GGUFReader(str(path))
+    types = {hf_name(path, t.name): t.tensor_type.name for t in reader.tensors}
+    assert {"Q4_K", "Q6_K"} <= set(types.values()), types  # K types really used
+    ids = sample_ids(src.vocab, 48)
+    backend = TorchBackend()
+    backend.load(resolve(str(path)), F32)
+    try:
+        info = backend.info()
+        ours = backend.logits(ids, 0)
+        hooks = ggml_rounding_per_type(backend.model, types)
+        rounded = backend.logits(ids, 0)
+        for h in hooks:
+            h.remove()  # type: ignore[attr-defined]
+        flips = 0.0
+        for seed in range(4):
+            hooks = ggml_rounding_per_type(backend.model, types, nudge=seed)
+            flips = max(flips, float(np.abs(backend.logits(ids, 0) - rounded).max()))
+            for h in hooks:
+                h.remove()  # type: ignore[attr-defined]
+    finally:
+        backend.close()
+    theirs = llama_cpp_logits(path, ids)
+    per_position = np.abs(rounded - theirs).max(axis=1)
+    as_is = np.abs(ours - theirs).max()
+    with capsys.disabled():
+        print(f"\nQ4_K_M ({', '.join(f'{k} x{v}' for k, v in sorted(_count(types).items()))}): "
+              f"max |torch - llama.cpp| {as_is:.2e} as is, {per_position.max():.2e} with ggml's "
+              f"q8_K activation rounding per Linear (median position "
+              f"{np.median(per_position):.1e}, {np.mean(per_position <= LOGIT_ATOL):.0%} of "
+              f"positions within {LOGIT_ATOL:g}); q8_K flip sensitivity {flips:.1e}; logit SD "
+              f"{theirs.std():.2f}")
+    assert "dequantised by strata (gguf-py)" in str(info["weights"]), info
+    # not peaked: the peaked model turns each q8_K flip into ~0.2 of a logit (measured), and
+    # its flips then reach half the positions; unpeaked logits have an SD of ~1
+    assert theirs.std() > 0.5, "flat logits would prove little"
+    # most positions agree to float32 summation order; the rest are q8_K rounding flips, no
+    # larger than what a 1-ulp nudge of the activations produces on torch's side alone
+    assert np.mean(per_position <= LOGIT_ATOL) >= 0.8
+    assert np.median(per_position) <= 1e-5 < np.median(np.abs(ours - theirs).max(axis=1)) / 10
+    assert per_position.max() <= max(LOGIT_ATOL, 2 * flips)
+    assert flips <= 0.2, "a sensitivity this large would make the bound meaningless"
+
+
+def _count(types: dict[str, str]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for t in types.values():
+        out[t] = out.get(t, 0) + 1
+    return out
