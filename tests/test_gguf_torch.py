@@ -178,7 +178,10 @@ def write_converter_gguf(path: Path, qtype: str = "F32", tied: bool = False,
                          shape: Shape = Shape(), seed: int = 0,
                          rope_dims: int | None = None,
                          extra: dict[str, np.ndarray] | None = None,
-                         add_bos: bool = True, peaked: bool = True) -> Written:
+                         add_bos: bool = True, peaked: bool = True,
+                         raw: dict[str, tuple[np.ndarray, object]] | None = None) -> Written:
+    """`raw`: GGUF tensor name -> (uint8 blocks, GGML type) stored instead of that tensor's
+    values (a type strata cannot write; `weights` then holds the unquantised values)."""
     vocab = bpe_vocab()
     weights = hf_weights(shape, len(vocab.tokens), tied, seed, peaked)
     w = gguf.GGUFWriter(str(path), "llama")
@@ -212,7 +215,7 @@ def write_converter_gguf(path: Path, qtype: str = "F32", tied: bool = False,
             out = converter_permute(values, shape.n_heads, shape.n_kv_heads)
         else:
             out = values
-        data, gtype = stored(out, qtype)
+        data, gtype = (raw or {}).get(gguf_name(name)) or stored(out, qtype)
         w.add_tensor(gguf_name(name), data, raw_dtype=gtype)
         held[name] = as_stored(values, qtype) if values.ndim == 2 else values
     for name, values in (extra or {}).items():
@@ -464,7 +467,7 @@ def test_unknown_tensor_is_an_input_error(tmp_path: Path) -> None:
 # q = round(x/d)); its extra block sum only enters the min term, computed from the same q.
 VEC_DOT = {"F16": "F16", "Q8_0": "Q8_0", "Q4_0": "Q8_0", "Q5_0": "Q8_0", "Q4_1": "Q8_0",
            "Q5_1": "Q8_0", "Q2_K": "Q8_K", "Q3_K": "Q8_K", "Q4_K": "Q8_K", "Q5_K": "Q8_K",
-           "Q6_K": "Q8_K"}
+           "Q6_K": "Q8_K", "TQ1_0": "Q8_K", "IQ4_XS": "Q8_K"}
 
 
 def _rounded(kind: str, x: torch.Tensor) -> torch.Tensor:
