@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from strata.kernels import checks
-from strata.kernels.ops import _kquant, _quant
+from strata.kernels.ops import _kquant, _kquant_x8, _quant
 from strata.kernels.ops._linear_q import linear as linear_q
 from strata.kernels.ops.rope import tables
 from strata.kernels.spec import Clause, KernelSpec, Shape, all_specs, get_spec
@@ -278,6 +278,11 @@ for _kind in _kquant.KINDS:
         (f"linear_{_kind}", "special_d"):
             lambda sp, i, p, s, k=_kind: _linear_k(k, *i, flush_d=True),
     })
+for _kind in _kquant_x8.KINDS:  # the same rules broken, the weights read from the x8 layout
+    for _name in ("ties", "scale_bits", "special_d"):
+        VIOLATORS[(f"linear_{_kind}x8", _name)] = (
+            lambda sp, i, p, s, k=_kind, n=_name: VIOLATORS[(f"linear_{k}", n)](
+                sp, [i[0], _kquant_x8.unpack(k, i[1], s["K"])], p, s))
 
 
 def _linear_q_any(kind: str, x: Any, w: Any) -> Any:
@@ -474,7 +479,7 @@ def test_dims_recover_the_shape_from_the_call_tensors(op: str) -> None:
 ROWS = {"rmsnorm": "rows", "silu_mul": "rows", "rope": "T", "attention_cached": "T",
         "linear_f32": "B", "linear_f16": "B", "linear_q8_0": "B", "linear_q4_0": "B",
         "linear_q5_0": "B", "linear_q4_1": "B", "linear_q5_1": "B", "linear_q4_K": "B",
-        "linear_q5_K": "B", "linear_q6_K": "B",
+        "linear_q5_K": "B", "linear_q6_K": "B", "linear_q4_Kx8": "B", "linear_q6_Kx8": "B",
         "rmsnorm_backward": "rows", "silu_mul_backward": "rows", "rope_backward": "T",
         "cross_entropy_fused": "rows", "matmul": "M"}
 

@@ -104,14 +104,32 @@ def test_a_downloaded_mix_runs_on_lab_kernels_close_to_llama_cpp(home: Path, mix
 
 
 def test_the_lab_serves_k_quants_with_its_own_kernels(home: Path) -> None:
-    """No dequantised copy: the K-quant matrices stay as stored and every linear is a lab
-    kernel (the verified built-in of its type)."""
-    import strata.lab
+    """No dequantised copy: the K-quant matrices keep their bytes — moved into strata's x8
+    layout where the x8 kernel is of the same implementation as the file-layout one (here
+    both are the AVX2 or both the portable built-in), every byte of the file's tensor
+    recoverable — and every linear is a lab kernel (the verified built-in of its type)."""
+    import torch
 
-    model = strata.lab.load(resolve("synthetic:tiny-k@q4_k_m").path("gguf", "lab"), "cpu",
-                            n_ctx=64)
-    ops = {c.decision.op: c.decision for c in model.kernels.choices.values()}
-    for op in ("linear_q4_K", "linear_q6_K"):
-        assert ops[op].impl is not None and ops[op].impl.name.startswith("c."), ops[op]
-    stored = {w.kind for w in model.weights.tensors.values() if len(w.shape) == 2}
-    assert stored == {"Q4_K", "Q6_K"}
+    import strata.lab
+    from strata.engine.weights import read_range
+    from strata.kernels.ops import _kquant_x8
+    from strata.lab.plan import LINEAR_OPS, REPACKED, X8_OPS
+
+    path = resolve("synthetic:tiny-k@q4_k_m").path("gguf", "lab")
+    model = strata.lab.load(path, "cpu", n_ctx=64)
+    served = model.kernels.served()
+    for kind, packed in REPACKED.items():
+        row, x8 = served[LINEAR_OPS[kind]], served[X8_OPS[packed]]
+        assert row["impl"] and row["impl"].startswith("c."), row
+        assert x8["impl"] == row["impl"], (row, x8)
+    held = {n: w for n, w in model.weights.tensors.items() if len(w.shape) == 2}
+    assert {w.kind for w in held.values()} == {"Q4_Kx8", "Q6_Kx8"}
+    assert all(n in model.held and model.held[n] is w for n, w in held.items())  # one copy
+    file = read_range(Path(path), None, None, torch.device("cpu"))
+    for name, w in held.items():
+        original = file.tensors[name]
+        kind = LINEAR_OPS[original.kind].removeprefix("linear_")  # q4_K, q6_K
+        assert original.kind == w.kind.removesuffix("x8") and w.nbytes == original.nbytes
+        assert torch.equal(_kquant_x8.unpack(kind, w.data, w.shape[1]), original.data), name
+        if w.shape[0] >= 8:
+            assert not torch.equal(w.data, original.data), f"{name}: not moved"

@@ -25,7 +25,7 @@ import torch
 from strata.engine import graph
 from strata.engine.ops import Ops
 from strata.engine.rope import Rope
-from strata.engine.weights import ModelWeights
+from strata.engine.weights import ModelWeights, Stored
 
 
 @dataclass
@@ -58,6 +58,9 @@ class Executor:
     def build(cls, weights: ModelWeights, ops: Ops, device: torch.device, **kw: Any
               ) -> Any:
         held = {name: ops.prepare(name, w) for name, w in weights.tensors.items()}
+        for name, h in held.items():  # a weight the ops re-laid out (lab's x8) replaces the
+            if isinstance(h, Stored):  # file's copy: one copy of the bytes, and every reader
+                weights.tensors[name] = h  # of weights.tensors sees what the ops hold
         return cls(weights, ops, device, held, **kw)
 
     # -- what it holds ------------------------------------------------------------------

@@ -17,8 +17,9 @@ import torch
 
 from strata.engine.weights import ModelWeights, Stored
 from strata.errors import InputError
+from strata.kernels.dispatch import KERNEL
 from strata.lab.kernels import Kernels
-from strata.lab.plan import LAYER_OPS, LINEAR_OPS
+from strata.lab.plan import LAYER_OPS, LINEAR_OPS, REPACKED, X8_OPS, linear_op
 
 # activation of a gated MLP -> the lab op that computes act(gate) * up
 GLU_OPS = {"silu": "silu_mul"}
@@ -39,7 +40,8 @@ def lab_ops_for(weights: ModelWeights) -> list[str]:
         raise InputError(f"ops lab: no lab op computes {act}(gate)·up yet ({weights.arch.name}"
                          "'s MLP); use the torch ops")
     layer = [op for op in LAYER_OPS if op != "silu_mul"] + [GLU_OPS[act]]
-    return [*layer, *(LINEAR_OPS[k] for k in kinds)]
+    x8 = [X8_OPS[REPACKED[k]] for k in kinds if k in REPACKED]  # used where they pay
+    return [*layer, *(LINEAR_OPS[k] for k in kinds), *x8]
 
 
 @dataclass
@@ -61,9 +63,29 @@ class LabOps:
         return self.kernels.device
 
     def prepare(self, name: str, w: Stored) -> Stored | torch.Tensor:
-        # matrices as stored (the kernels read the blocks); norms and biases are the
-        # float32 vectors the ops and the glue take
-        return w.data if len(w.shape) == 1 else w
+        # matrices as stored (the kernels read the blocks), Q4_K/Q6_K moved into the x8
+        # layout where that pays (the same bytes); norms and biases are the float32 vectors
+        # the ops and the glue take
+        if len(w.shape) == 1:
+            return w.data
+        if len(w.shape) == 2 and self.repacks(w.kind):
+            from strata.kernels.ops import _kquant_x8
+
+            kind = LINEAR_OPS[w.kind].removeprefix("linear_")
+            packed = _kquant_x8.pack(kind, w.data, w.shape[1])
+            return Stored(REPACKED[w.kind], packed, w.shape)
+        return w
+
+    def repacks(self, kind: str) -> bool:
+        """Whether `kind` runs in the x8 layout here: only where its x8 op is served by a
+        verified kernel of the same implementation as the file-layout op (a portable x8
+        kernel would be slower than a tuned row kernel; the layout is what is compared)."""
+        if kind not in REPACKED:
+            return False
+        served = self.kernels.served()
+        row, x8 = served.get(LINEAR_OPS[kind]), served.get(X8_OPS[REPACKED[kind]])
+        return bool(row and x8 and x8["outcome"] == KERNEL and row["outcome"] == KERNEL
+                    and x8["impl"] == row["impl"])
 
     def nbytes(self, held: Stored | torch.Tensor) -> int:
         if isinstance(held, Stored):
@@ -73,8 +95,14 @@ class LabOps:
     def embed(self, table: Stored, ids: torch.Tensor) -> torch.Tensor:
         from strata.kernels.ops import _kquant, _quant
 
-        rows = table.data.index_select(0, ids)
-        kind = LINEAR_OPS[table.kind].removeprefix("linear_")  # q8_0, q4_K, ...
+        kind = linear_op(table.kind).removeprefix("linear_")  # q8_0, q4_K, q6_Kx8 ...
+        if table.kind in X8_OPS:  # the ids' rows back in the file's layout
+            from strata.kernels.ops import _kquant_x8
+
+            kind = kind.removesuffix("x8")
+            rows = _kquant_x8.rows(kind, table.data, ids, table.shape[1])
+        else:
+            rows = table.data.index_select(0, ids)
         for blocks in (_quant, _kquant):  # the looked-up rows' values, as the kernels read them
             if kind in blocks.BLOCK_BYTES:
                 return blocks.dequantize(kind, rows, table.shape[1], torch.float32).contiguous()
@@ -82,7 +110,7 @@ class LabOps:
 
     def linear(self, x: torch.Tensor, w: Stored) -> torch.Tensor:
         out = torch.empty(x.shape[0], w.shape[-2], dtype=torch.float32, device=x.device)
-        self.kernels.call(LINEAR_OPS[w.kind], out, x.contiguous(), w.data)
+        self.kernels.call(linear_op(w.kind), out, x.contiguous(), w.data)
         return out
 
     def expert(self, w: Stored, e: int) -> Stored:

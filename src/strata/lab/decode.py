@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from strata.hardware.devices import sync
-from strata.lab.plan import LINEAR_OPS
+from strata.lab.plan import linear_op
 
 if TYPE_CHECKING:
     from strata.lab.model import LabModel
@@ -108,7 +108,7 @@ class DecodeStep:
         return op, self.model.kernels.choices[op].bound(out, *inputs, **params)
 
     def _linear(self, out: torch.Tensor, x: torch.Tensor, w: Any) -> Call:
-        return self._bind(LINEAR_OPS[w.kind], out, x, w.data)
+        return self._bind(linear_op(w.kind), out, x, w.data)
 
     def _layer(self, i: int) -> LayerCalls:
         m, b, t = self.model, self.buf, self.model.weights.tensors

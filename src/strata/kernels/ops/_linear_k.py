@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from strata.kernels.ops import _kquant
+from strata.kernels.ops import _kquant, _kquant_x8
 from strata.kernels.ops._shapes import lab_rows, model_dims, smallest_model, unique
 from strata.kernels.spec import Clause, KernelSpec, Tolerance, dims_of, floats, generator, register
 
@@ -125,17 +125,30 @@ def _special_d(kind: str) -> Any:
     return apply
 
 
-def _clauses(kind: str) -> tuple[Clause, ...]:
+def _in_file_layout(kind: str, apply: Any) -> Any:
+    """A clause on the file's layout applied to x8-packed weights (unpack, plant, repack)."""
+
+    def planted(inputs: list[Any], shape: dict[str, int], seed: int) -> None:
+        w = inputs[1]
+        file_rows = _kquant_x8.unpack(kind, w, shape["K"])
+        apply([inputs[0], file_rows, *inputs[2:]], shape, seed)
+        w.copy_(_kquant_x8.pack(kind, file_rows, shape["K"]))
+
+    return planted
+
+
+def _clauses(kind: str, x8: bool) -> tuple[Clause, ...]:
     shape = {"B": 3, "N": 9, "K": 512}
+    wrap = (lambda f: _in_file_layout(kind, f)) if x8 else (lambda f: f)
     return (
         Clause("ties", "q_x = round_half_even(iscale·x) with iscale = -127/max (float32): "
                "exact halves round to even, not away from zero.", shape, _ties),
         Clause("scale_bits", "Every sub-block's scale (and min) is unpacked from its packed "
                "bits, the high bits of sub-blocks 4..7 included (q6_K: int8 scales, -128 "
-               "too).", {"B": 2, "N": 12, "K": 512}, _scale_bits(kind)),
+               "too).", {"B": 2, "N": 12, "K": 512}, wrap(_scale_bits(kind))),
         Clause("special_d", "A super-block's fp16 d (and dmin) may be a subnormal or ±0: "
                "decoded as such, no flush, no NaN.", {"B": 2, "N": 12, "K": 256},
-               _special_d(kind)),
+               wrap(_special_d(kind))),
     )
 
 
@@ -149,21 +162,26 @@ def serve_shapes() -> list[dict[str, int]]:
     return [{"B": decode, "N": m.hidden, "K": k}, {"B": chunk, "N": m.hidden, "K": 2 * QK_K}]
 
 
-def _spec(kind: str) -> KernelSpec:
+def _spec(kind: str, x8: bool) -> KernelSpec:
     block = _kquant.BLOCK_BYTES[kind]
+
+    def as_stored(w: Any, k: int) -> Any:  # the file's layout, whatever the op's
+        return _kquant_x8.unpack(kind, w, k) if x8 else w
 
     def inputs(s: dict[str, int], dtype: str, seed: int, device: str) -> list[Any]:
         x = plant_x(floats((s["B"], s["K"]), "float32", seed, "cpu", scale=X_SCALE), seed)
         w = _kquant.random_blocks(kind, s["N"], s["K"], seed)
+        if x8:
+            w = _kquant_x8.pack(kind, w, s["K"])
         return [x.to(device).contiguous(), w.to(device)]
 
     def reference(x: Any, w: Any) -> Any:
-        return _kquant.linear(kind, x, w)
+        return _kquant.linear(kind, x, as_stored(w, x.shape[1]))
 
     def eager(x: Any, w: Any) -> Any:
         import torch
 
-        return _kquant.linear(kind, x, w, acc=torch.float32)
+        return _kquant.linear(kind, x, as_stored(w, x.shape[1]), acc=torch.float32)
 
     def weight_bytes(s: dict[str, int]) -> int:
         return s["N"] * s["K"] // QK_K * block
@@ -172,9 +190,11 @@ def _spec(kind: str) -> KernelSpec:
     llm = unique([{"B": b, "N": n, "K": k}
                   for hid, ffn in dims for b in (1, PREFILL_ROWS)
                   for n, k in ((hid, hid), (ffn, hid), (hid, ffn)) if k % QK_K == 0])
+    layout = " (weights in strata's x8 layout: _kquant_x8.py)" if x8 else ""
     return KernelSpec(
-        name=f"linear_{kind}",
-        summary=f"x @ {kind} weight^T with ggml's numerics (x quantised to q8_K, integer dots)",
+        name=f"linear_{kind}{'x8' if x8 else ''}",
+        summary=f"x @ {kind} weight^T with ggml's numerics (x quantised to q8_K, integer "
+                f"dots){layout}",
         inputs=("x", "w"),
         make_inputs=inputs,
         out_shape=lambda s: (s["B"], s["N"]),
@@ -185,7 +205,7 @@ def _spec(kind: str) -> KernelSpec:
         bytes=lambda s, e: float(weight_bytes(s) + 4 * s["B"] * (s["K"] + s["N"])),
         sizes=lambda o, x, w: (x.shape[0], w.shape[0], x.shape[1]),
         dims=dims_of(B=(1, 0), N=(2, 0), K=(1, 1)),
-        clauses=_clauses(kind),
+        clauses=_clauses(kind, x8),
         shapes={
             "verify": [{"B": 1, "N": 1, "K": 256}, {"B": 1, "N": 7, "K": 512},
                        {"B": 3, "N": 40, "K": 256}, {"B": 2, "N": 33, "K": 768},
@@ -198,5 +218,7 @@ def _spec(kind: str) -> KernelSpec:
     )
 
 
-def register_linear_k(kind: str) -> KernelSpec:
-    return register(_spec(kind))
+def register_linear_k(kind: str, x8: bool = False) -> KernelSpec:
+    """linear_<kind> on the file's layout, or linear_<kind>x8 on the x8 layout (the same
+    arithmetic; only where the bytes sit differs)."""
+    return register(_spec(kind, x8))
