@@ -34,7 +34,9 @@ import textwrap
 from pathlib import Path
 
 SOURCES = Path(__file__).resolve().parent.parent / "src/strata/kernels/sources/c"
-SHAPES = {"q8_0": (8192, 8192), "q4_0": (16384, 8192)}  # (N, K): weights >> a 32 MiB L3
+# (N, K): weights >> a 32 MiB L3
+SHAPES = {"q8_0": (8192, 8192), "q4_0": (16384, 8192), "q4_K": (16384, 8192),
+          "q6_K": (12288, 8192)}
 READ_SOURCE = textwrap.dedent("""\
     #include <stdint.h>
     /* The cold-read yardstick: every byte of the buffer read once (as 64-bit words) over
@@ -93,14 +95,14 @@ def main() -> int:
     ap.add_argument("--max-time", type=float, default=1.0, help="timed seconds per contender")
     ap.add_argument("--prefill", type=int, default=0, help="also time B rows of x (GOP/s)")
     ap.add_argument("--impl", default="avx2", help="variant of the C kernels (avx2, naive)")
-    ap.add_argument("--kinds", default="q8_0,q4_0")
+    ap.add_argument("--kinds", default="q8_0,q4_0,q4_K,q6_K")
     args = ap.parse_args()
     import torch
 
     from strata.hardware.microbench import MeasureConfig, measure_cpu_bandwidth
     from strata.host import _profile
     from strata.kernels.bench import MIN_FLUSH_BYTES
-    from strata.kernels.ops import _linear_q, _quant
+    from strata.kernels.ops import _kquant, _kquant_x8, _linear_q, _quant
     from strata.kernels.timing import flusher
 
     profile = _profile()
@@ -128,21 +130,29 @@ def main() -> int:
     rows = []
     for kind in args.kinds.split(","):
         n, k = SHAPES[kind]
-        w = _like_stream(_quant.random_blocks(kind, n, k, seed=0))
+        blocks = _kquant if kind in _kquant.BLOCK_BYTES else _quant
+        w = _like_stream(blocks.random_blocks(kind, n, k, seed=0))
         nbytes = w.numel()
         x = _linear_q.plant_blocks(torch.randn(max(1, args.prefill), k), 0)
         out = torch.empty(x.shape[0], n)
         lin = _lib(SOURCES / f"linear_{kind}.{args.impl}.c")
-        old = _lib(SOURCES / f"matvec_{kind}.{args.impl}.c")
         wp, op = w.data_ptr(), out.data_ptr()
 
         xp = x.data_ptr()
-        contenders = {
-            f"linear_{kind}": _caller(lin[f"strata_linear_{kind}"], (op, xp, wp), (1, n, k)),
-            f"matvec_{kind} (fp32 x)": _caller(old[f"strata_matvec_{kind}"], (op, wp, xp),
-                                               (1, n, k)),
-            "cold read (C)": _caller(reader.strata_read_bytes, (wp,), (nbytes,)),
-        }
+        linears = {f"linear_{kind}": (lin[f"strata_linear_{kind}"], (op, xp, wp))}
+        # the other layout of the same weights: strata's x8 (what -B lab runs), or the old
+        # fp32-activation matvec
+        if kind in _kquant_x8.KINDS:
+            w8 = _like_stream(_kquant_x8.pack(kind, w, k))
+            x8 = _lib(SOURCES / f"linear_{kind}x8.{args.impl}.c")
+            linears[f"linear_{kind}x8"] = (x8[f"strata_linear_{kind}x8"],
+                                           (op, xp, w8.data_ptr()))
+        contenders = {name: _caller(fn, ptrs, (1, n, k)) for name, (fn, ptrs) in linears.items()}
+        if kind not in _kquant_x8.KINDS:
+            old = _lib(SOURCES / f"matvec_{kind}.{args.impl}.c")
+            contenders[f"matvec_{kind} (fp32 x)"] = _caller(old[f"strata_matvec_{kind}"],
+                                                            (op, wp, xp), (1, n, k))
+        contenders["cold read (C)"] = _caller(reader.strata_read_bytes, (wp,), (nbytes,))
         times = _interleaved(contenders, flush, args.max_time)
         read = times["cold read (C)"]
         print(f"\n{kind}: N={n} K={k}, weights {nbytes / 1e6:.1f} MB, B=1, cold; "
@@ -154,22 +164,21 @@ def main() -> int:
                   f"{read[0] / med:5.2f} ({read[1] / best:5.2f}) "
                   f"{nbytes / med / 1e9 / best_stream:5.2f} "
                   f"({nbytes / best / 1e9 / best_stream:5.2f})")
-        med, best = times[f"linear_{kind}"]
-        rows.append((kind, read[0] / med, read[1] / best, nbytes / med / 1e9 / best_stream,
-                     nbytes / best / 1e9 / best_stream))
+        for name in (c for c in contenders if c.startswith("linear_")):
+            med, best = times[name]
+            rows.append((name, read[0] / med, read[1] / best, nbytes / med / 1e9 / best_stream,
+                         nbytes / best / 1e9 / best_stream))
         if args.prefill > 1:
             b = args.prefill
-            pre = {f"linear_{kind}": _caller(lin[f"strata_linear_{kind}"], (op, xp, wp), (b, n, k)),
-                   f"matvec_{kind} (fp32 x)": _caller(old[f"strata_matvec_{kind}"], (op, wp, xp),
-                                                      (b, n, k))}
+            pre = {name: _caller(fn, ptrs, (b, n, k)) for name, (fn, ptrs) in linears.items()}
             print(f"prefill B={b} (median over interleaved calls):")
             for name, (med, _best) in _interleaved(pre, flush, args.max_time).items():
                 print(f"{name:24} {med * 1e3:8.2f} ms {2 * b * n * k / med / 1e9:8.1f} GOP/s")
     print(f"\nsummary (threads {threads}; targets: >= 0.85 of the cold read, >= 0.70 of "
           f"STREAM {best_stream:.1f} GB/s):")
-    for kind, vs_read, vs_read_best, vs_stream, vs_stream_best in rows:
+    for name, vs_read, vs_read_best, vs_stream, vs_stream_best in rows:
         ok = "ok" if vs_read >= 0.85 and vs_stream >= 0.7 else "MISS"
-        print(f"linear_{kind}: {vs_read:.2f} of the cold read (best: {vs_read_best:.2f}), "
+        print(f"{name}: {vs_read:.2f} of the cold read (best: {vs_read_best:.2f}), "
               f"{vs_stream:.2f} of STREAM (best: {vs_stream_best:.2f})  {ok} (medians)")
     return 0
 

@@ -2,12 +2,16 @@
 
 Prints:
   1. for each model (default: synthetic smollm2-135m at q8_0 and q4_0, both larger than a
-     typical last-level cache), decode t/s (tg) and prefill t/s (pp) of lab and llama.cpp,
+     typical last-level cache, and llama-3.2-1b at Q4_K_M and Q6_K, the K-quant mixes
+     people download), decode t/s (tg) and prefill t/s (pp) of lab and llama.cpp,
      their ratios, and η of each against this host's roofline — from one `strata bench` run
      with both backends (the usual repetitions, busy-host monitor and explanation);
   2. per op, the share of a lab decode step's wall time (the profile: each op timed around
      its call) and the glue left over (torch views, copies, residual adds, Python), so the
-     next kernel to write is obvious.
+     next kernel to write is obvious;
+  3. for files with Q4_K/Q6_K matrices, the same profile with those weights left in the
+     file's layout (what -B lab ran before it repacked them into strata's x8 layout at
+     load): which layout won, measured in one run.
 
 Usage:  .venv/bin/python benchmarks/lab_vs_llamacpp.py [--models M1,M2] [-t THREADS]
         [-p 64] [-n 32] [--profile-tokens 16]
@@ -30,7 +34,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-MODELS = "synthetic:smollm2-135m@q8_0,synthetic:smollm2-135m@q4_0"
+MODELS = ("synthetic:smollm2-135m@q8_0,synthetic:smollm2-135m@q4_0,"
+          "synthetic:llama-3.2-1b@q4_k_m,synthetic:llama-3.2-1b@q6_k")
 
 
 def strata(*args: str, home: Path) -> subprocess.CompletedProcess[str]:
@@ -68,15 +73,25 @@ def _eta(row: dict) -> str:
     return f"{row['eta']:.2f}" if row.get("eta") is not None else "-"
 
 
-def profile(model: str, threads: int, tokens: int, home: Path) -> None:
+def profile(model: str, threads: int, tokens: int, home: Path, repack: bool = True) -> bool:
+    """Print the profile; whether any weight was repacked into the x8 layout. repack=False:
+    every weight in the file's layout (the file-layout kernels)."""
     os.environ["STRATA_HOME"] = str(home)
     import torch
 
     import strata.lab
+    from strata.engine.ops_lab import LabOps
+    from strata.lab.plan import X8_OPS
     from strata.models.source import resolve
 
     path = resolve(model).path("gguf", "lab")
-    m = strata.lab.load(path, "cpu", n_ctx=tokens + 8, threads=threads)
+    chosen = LabOps.repacks
+    if not repack:
+        LabOps.repacks = lambda self, kind: False  # type: ignore[method-assign]
+    try:
+        m = strata.lab.load(path, "cpu", n_ctx=tokens + 8, threads=threads)
+    finally:
+        LabOps.repacks = chosen  # type: ignore[method-assign]
     with torch.inference_mode():
         m.prefill([1, 2, 3, 4])
         m.decode(5)  # warm
@@ -86,14 +101,16 @@ def profile(model: str, threads: int, tokens: int, home: Path) -> None:
             m.decode(6 + i)
         wall = time.perf_counter() - t0
     served = m.kernels.served()
-    print(f"\nprofile of a decode step, {model}, {threads} thread(s), {tokens} tokens: "
-          f"{wall / tokens * 1e3:.2f} ms/token")
+    layout = "x8 layout" if repack else "file layout"
+    print(f"\nprofile of a decode step, {model} ({layout}), {threads} thread(s), {tokens} "
+          f"tokens: {wall / tokens * 1e3:.2f} ms/token")
     print(f"  {'op':<18}{'impl':<12}{'ms/token':>10}{'share':>8}")
     for op, s in m.kernels.seconds.most_common():
         print(f"  {op:<18}{served[op]['impl'] or '-':<12}{s / tokens * 1e3:>10.3f}"
               f"{s / wall:>8.1%}")
     glue = wall - sum(m.kernels.seconds.values())
     print(f"  {'glue (torch+py)':<18}{'':<12}{glue / tokens * 1e3:>10.3f}{glue / wall:>8.1%}")
+    return any(getattr(w, "kind", "") in X8_OPS for w in m.held.values())
 
 
 def main() -> None:
@@ -110,7 +127,8 @@ def main() -> None:
         for model in args.models.split(","):
             side_by_side(model, bench(model, args.threads, args.p, args.n, home))
         for model in args.models.split(","):
-            profile(model, args.threads, args.profile_tokens, home)
+            if profile(model, args.threads, args.profile_tokens, home):
+                profile(model, args.threads, args.profile_tokens, home, repack=False)
 
 
 if __name__ == "__main__":

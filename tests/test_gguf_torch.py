@@ -559,7 +559,8 @@ def test_torch_logits_equal_llama_cpps_on_a_k_quant_mix(
               f"{np.median(per_position):.1e}, {np.mean(per_position <= LOGIT_ATOL):.0%} of "
               f"positions within {LOGIT_ATOL:g}); q8_K flip sensitivity {flips:.1e}; logit SD "
               f"{theirs.std():.2f}")
-    assert "dequantised by strata (gguf-py)" in str(info["weights"]), info
+    # named as people name the file (its mix), not by its largest type
+    assert str(info["weights"]).startswith("GGUF Q4_K_M, dequantised by strata (gguf-py)"), info
     # not peaked: the peaked model turns each q8_K flip into ~0.2 of a logit (measured), and
     # its flips then reach half the positions; unpeaked logits have an SD of ~1
     assert theirs.std() > 0.5, "flat logits would prove little"

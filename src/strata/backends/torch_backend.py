@@ -92,6 +92,7 @@ class Checkpoint:
     nbytes: int  # weight bytes as stored
     stored: str = ""  # storage type as named by the file ("F16", "Q4_0", ...)
     arch: str = ""  # GGUF general.architecture
+    label: str = ""  # what people call its quantisation: the file's mix ("Q4_K_M") or `stored`
 
 
 def _main_type(sizes: Iterable[tuple[str, int]]) -> tuple[str, int]:
@@ -117,9 +118,12 @@ def inspect_gguf(path: Path) -> Checkpoint:
     # needs may still be one transformers loads, or refuses with a pointer to llamacpp.
     layout, sizes = scan_or_input_error(path)
     stored, nbytes = _main_type((s.type_name, s.nbytes) for s in sizes)
-    arch = layout.kv.get("general.architecture")
+    from strata.models.mixes import file_type_name
+
+    arch, ftype = layout.kv.get("general.architecture"), layout.kv.get("general.file_type")
+    mix = file_type_name(ftype) if isinstance(ftype, int) else None
     return Checkpoint(path, "gguf", _STORED.get(stored, torch.float16), nbytes, stored,
-                      arch if isinstance(arch, str) and arch else "?")
+                      arch if isinstance(arch, str) and arch else "?", mix or stored)
 
 
 def _one_line(exc: BaseException) -> str:
@@ -268,7 +272,7 @@ class TorchBackend:
     def info(self) -> dict[str, Any]:
         s = self._loaded()
         weights = "safetensors" if s.ckpt.form == "hf" else (
-            f"GGUF {s.ckpt.stored}, dequantised by strata (gguf-py) to "
+            f"GGUF {s.ckpt.label or s.ckpt.stored}, dequantised by strata (gguf-py) to "
             f"{_name(s.choice.dtype)}")
         return {
             "torch": torch.__version__,

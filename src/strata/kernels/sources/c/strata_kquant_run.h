@@ -27,11 +27,15 @@ static inline void kquant_run(float *out, const float *x, const uint8_t *w,
     q8k_block *q8 = malloc((size_t)(B * nsb + 1) * sizeof(q8k_block));
     xsb *xq = aligned_alloc(32, (size_t)(B * nsb + 1) * sizeof(xsb));
     if (!q8 || !xq) { free(q8); free(xq); return; }  /* out stays NaN: fails loudly */
-    q8k_quantize_rows(x, q8, B, K);
 #pragma omp parallel
     {
+        /* x to q8_K inside the one parallel region (a second region per call cost a
+           fork and a join per decode matmul) */
 #pragma omp for schedule(static)
-        for (int64_t i = 0; i < B * nsb; i++) kquant_prepare_x(q8 + i, xq + i);
+        for (int64_t i = 0; i < B * nsb; i++) {
+            q8k_quantize(x + i * QK_K, q8 + i);
+            kquant_prepare_x(q8 + i, xq + i);
+        }
 #pragma omp for schedule(dynamic, 1)
         for (int64_t n0 = 0; n0 < N; n0 += CHUNK_ROWS) {
             const int64_t n1 = min64(N, n0 + CHUNK_ROWS);

@@ -31,12 +31,16 @@ static inline void x8_run(float *out, const float *x, const uint8_t *w,
     q8k_block *q8 = malloc((size_t)(B * nsb + 1) * sizeof(q8k_block));
     xsb *xq = aligned_alloc(32, (size_t)(B * nsb + 1) * sizeof(xsb));
     if (!q8 || !xq) { free(q8); free(xq); return; }  /* out stays NaN: fails loudly */
-    q8k_quantize_rows(x, q8, B, K);
     const uint8_t *tail = w + grouped * row_bytes;  /* the last N % 8 rows, file layout */
 #pragma omp parallel
     {
+        /* x to q8_K inside the one parallel region (a second region per call cost a
+           fork and a join per decode matmul) */
 #pragma omp for schedule(static)
-        for (int64_t i = 0; i < B * nsb; i++) kquant_prepare_x(q8 + i, xq + i);
+        for (int64_t i = 0; i < B * nsb; i++) {
+            q8k_quantize(x + i * QK_K, q8 + i);
+            kquant_prepare_x(q8 + i, xq + i);
+        }
 #pragma omp for schedule(static) nowait
         for (int64_t g = 0; g < groups; g++) {
             const uint8_t *gw = w + g * nsb * GROUP_BYTES;
