@@ -77,15 +77,18 @@ class LabOps:
         return w
 
     def repacks(self, kind: str) -> bool:
-        """Whether `kind` runs in the x8 layout here: only where its x8 op is served by a
-        verified kernel of the same implementation as the file-layout op (a portable x8
-        kernel would be slower than a tuned row kernel; the layout is what is compared)."""
+        """Whether `kind` runs in the x8 layout here: where its x8 op is served by a SIMD
+        kernel that needs at least the CPU features of the file-layout op's (a portable x8
+        kernel gathers each row's bytes and loses to a tuned row kernel; the layout is what
+        should make the difference, not a weaker instruction set)."""
         if kind not in REPACKED:
             return False
-        served = self.kernels.served()
-        row, x8 = served.get(LINEAR_OPS[kind]), served.get(X8_OPS[REPACKED[kind]])
-        return bool(row and x8 and x8["outcome"] == KERNEL and row["outcome"] == KERNEL
-                    and x8["impl"] == row["impl"])
+        row = self.kernels.choices.get(LINEAR_OPS[kind])
+        x8 = self.kernels.choices.get(X8_OPS[REPACKED[kind]])
+        if not (row and x8 and row.decision.outcome == KERNEL == x8.decision.outcome):
+            return False
+        row_isa, x8_isa = (set(c.decision.impl.requires.isa) for c in (row, x8))
+        return bool(x8_isa) and x8_isa >= row_isa
 
     def nbytes(self, held: Stored | torch.Tensor) -> int:
         if isinstance(held, Stored):
