@@ -1,6 +1,7 @@
 """Decode bandwidth of the lab's quantised linear layers (ggml numerics) on this host.
 
   python benchmarks/lab_linear_q.py [--max-time 1.0] [--prefill 64] [--impl avx2]
+                                    [--kinds q8_0,q4_0,q4_K,q6_K] [--x8-impl avx512vnni]
 
 At B = 1 (one decode token) `linear_q8_0`/`linear_q4_0` stream their weights once, so the
 figure that matters is GB/s over the weight bytes, at a size far beyond the last-level cache
@@ -95,6 +96,8 @@ def main() -> int:
     ap.add_argument("--max-time", type=float, default=1.0, help="timed seconds per contender")
     ap.add_argument("--prefill", type=int, default=0, help="also time B rows of x (GOP/s)")
     ap.add_argument("--impl", default="avx2", help="variant of the C kernels (avx2, naive)")
+    ap.add_argument("--x8-impl", default=None,
+                    help="variant of the x8-layout kernels (default: --impl; avx512vnni)")
     ap.add_argument("--kinds", default="q8_0,q4_0,q4_K,q6_K")
     args = ap.parse_args()
     import torch
@@ -144,7 +147,7 @@ def main() -> int:
         # fp32-activation matvec
         if kind in _kquant_x8.KINDS:
             w8 = _like_stream(_kquant_x8.pack(kind, w, k))
-            x8 = _lib(SOURCES / f"linear_{kind}x8.{args.impl}.c")
+            x8 = _lib(SOURCES / f"linear_{kind}x8.{args.x8_impl or args.impl}.c")
             linears[f"linear_{kind}x8"] = (x8[f"strata_linear_{kind}x8"],
                                            (op, xp, w8.data_ptr()))
         contenders = {name: _caller(fn, ptrs, (1, n, k)) for name, (fn, ptrs) in linears.items()}
