@@ -29,7 +29,6 @@ from strata.kernels.verify import Pending, VerifyContext, finish, plan, run_pend
 from tests.conftest import verify_cases
 
 OPS = ("linear_q8_0", "linear_q4_0", "linear_q5_0", "linear_q4_1", "linear_q5_1")
-PORTABLE_ONLY = ("linear_q4_1", "linear_q5_1")
 SOURCES = Path(__file__).parent.parent / "src/strata/kernels/sources/c"
 
 
@@ -210,10 +209,8 @@ def test_c_implementations_verify_in_the_sandbox(ctx: VerifyContext) -> None:
     """Every verify shape (B > 1 with ragged tails of both tiles, several thread chunks) and
     every seed, on one, the default and an oversubscribed number of threads."""
     impls = [i for i in builtin_implementations() if i.op in OPS and i.dialect == "c"]
-    # q4_1/q5_1 (the rarer fallbacks, q8_1 activations) have only the portable kernel yet
-    assert {(i.op, i.name) for i in impls} == {(op, n) for op in OPS for n in ("c.naive",
-                                                                            "c.avx2")
-                                                if n == "c.naive" or op not in PORTABLE_ONLY}
+    assert {(i.op, i.name) for i in impls} == {(op, n) for op in OPS
+                                               for n in ("c.naive", "c.avx2")}
     runnable = [i for i in impls if not i.requires.check(ctx.caps)]
     for verdict in _run(ctx, [_pending(i, ctx) for i in runnable]):
         assert verdict.status == "pass", (verdict.impl.key, verdict.reason, verdict.message,
@@ -226,7 +223,7 @@ def test_triton_implementations_verify_under_the_interpreter(ctx: VerifyContext)
     a partial chunk of K blocks, rows of x with planted ties and a zero block."""
     pytest.importorskip("triton")
     impls = [i for i in builtin_implementations() if i.op in OPS and i.dialect == "triton"]
-    assert len(impls) == 2
+    assert {i.op for i in impls} == set(OPS)
     pendings = [_pending(i, ctx, seeds=[0], shapes=[{"B": 2, "N": 19, "K": 96}])
                 for i in impls]
     for verdict in _run(ctx, pendings):

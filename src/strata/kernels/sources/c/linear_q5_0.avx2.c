@@ -16,16 +16,6 @@
 #define BLOCK_BYTES 22
 #define OFFSET 16  /* q5_0: nibble + 16 * bit - 16 */
 
-/* Byte i of the result is 16 where bit i of `bits` is set, else 0. */
-static inline __m256i fifth_bits(uint32_t bits) {
-    const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
-                                            2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
-    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
-    const __m256i v = _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32((int)bits), spread),
-                                       bit);
-    return _mm256_and_si256(_mm256_cmpeq_epi8(v, bit), _mm256_set1_epi8(0x10));
-}
-
 /* The q5_0 blocks at p and p + 22 (p + 22 only when `two`): their unsigned 5-bit values in
  * weight order against an xpair (weights 0..15 of both | weights 16..31 of both) and their
  * scales (4 lanes each). The second half is zero when there is no second block. */
@@ -42,9 +32,9 @@ static inline __attribute__((always_inline)) void weight_pair(const uint8_t *p, 
     memcpy(&qa, p + 2, sizeof qa);
     if (two) memcpy(&qb, p + BLOCK_BYTES + 2, sizeof qb);
     *lo = _mm256_or_si256(_mm256_and_si256(bytes, low4),
-                          fifth_bits((qa & 0xFFFFu) | (qb << 16)));
+                          q8_0x_fifth_bits((qa & 0xFFFFu) | (qb << 16)));
     *hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bytes, 4), low4),
-                          fifth_bits((qa >> 16) | (qb & 0xFFFF0000u)));
+                          q8_0x_fifth_bits((qa >> 16) | (qb & 0xFFFF0000u)));
     int16_t ha, hb = 0;
     memcpy(&ha, p, sizeof ha);
     if (two) memcpy(&hb, p + BLOCK_BYTES, sizeof hb);

@@ -1,14 +1,17 @@
-/* strata_q8_0x.h: what the AVX2 q8_0-activation linear kernels with unsigned 4/5-bit weights
- * (linear_q4_0, linear_q5_0 .avx2.c) share: x quantised to q8_0 as ggml's AVX2
- * quantize_row_q8_0 does, in pairs of blocks laid out for the weights, and (in
- * strata_q8_0x_run.h) the tiled, threaded driver. Hashed with each user.
+/* strata_q8_0x.h: what the AVX2 linear kernels with unsigned 4/5-bit weights (linear_q4_0,
+ * linear_q5_0, linear_q4_1, linear_q5_1 .avx2.c) share: x quantised to q8_0 as ggml's AVX2
+ * quantize_row_q8_0 does (q8_1 for the min types: the same q_x and d_x, plus
+ * s_x = fp16(amax/127 * sum q_x) with the float32 amax/127), in pairs of blocks laid out for
+ * the weights, and (in strata_q8_0x_run.h) the tiled, threaded driver. Hashed with each user.
  *
  * A kernel defines BLOCK_BYTES, OFFSET (its weights are unsigned value - OFFSET) and
  *   static inline void weight_pair(const uint8_t *p, int two, __m256i *lo, __m256i *hi,
  *                                  __m256 *wd)
  * (the blocks at p and p + BLOCK_BYTES as unsigned values against an xpair, and their
- * scales) between including this header and strata_q8_0x_run.h, whose q8_0x_run(out, x, w,
- * B, N, K) does the rest. */
+ * scales), and, for blocks with a min (value d*q + m: MIN_TERM 1),
+ *   static inline __m256 weight_mins(const uint8_t *p, int two)
+ * (the two blocks' m four times each), between including this header and
+ * strata_q8_0x_run.h, whose q8_0x_run(out, x, w, B, N, K) does the rest. */
 #ifndef STRATA_Q8_0X_H
 #define STRATA_Q8_0X_H
 
@@ -26,12 +29,14 @@
 
 /* Two consecutive 32-blocks of x (a pair), laid out for the weight pair they meet: the
  * first 16 values of block 2p | of block 2p+1 (lo), the last 16 of each (hi), the blocks'
- * scales d_x four times each and the correction c = -OFFSET * sum(q_x) in lanes 0 and 4
- * (OFFSET: what the weight format subtracts from its unsigned values). */
+ * scales d_x four times each, the correction c = -OFFSET * sum(q_x) in lanes 0 and 4
+ * (OFFSET: what the weight format subtracts from its unsigned values) and q8_1's s_x in
+ * lanes 0 and 4 (the min types' term m_w*s_x; 0 elsewhere). */
 typedef struct {
     __m256i lo, hi;
     __m256 d;
     __m256i c;
+    __m256 s;
 } xpair;
 
 /* One 32-block of x quantised into half `h` (0: block 2p, 1: block 2p+1) of pair `out`. */
@@ -64,13 +69,28 @@ static inline void q8_0x_quantize(const float *x, xpair *out, int h, int offset)
     int8_t *lo = (int8_t *)&out->lo, *hi = (int8_t *)&out->hi;
     float *dd = (float *)&out->d;
     int32_t *cc = (int32_t *)&out->c;
+    float *ss = (float *)&out->s;
     _mm_store_si128((__m128i *)(lo + 16 * h), _mm256_castsi256_si128(q));
     _mm_store_si128((__m128i *)(hi + 16 * h), _mm256_extracti128_si256(q, 1));
     for (int j = 0; j < 4; j++) {
         dd[4 * h + j] = d;
         cc[4 * h + j] = 0;
+        ss[4 * h + j] = 0.0f;
     }
     cc[4 * h] = -offset * _mm_cvtsi128_si32(s4);
+    const float s_x = (amax / 127.0f) * (float)_mm_cvtsi128_si32(s4);
+    ss[4 * h] = _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtps_ph(_mm_set_ss(s_x), _MM_FROUND_TO_NEAREST_INT)));
+}
+
+/* Byte i of the result is 16 where bit i of `bits` is set, else 0 (the fifth bits of
+ * q5_0/q5_1 weights). */
+static inline __m256i q8_0x_fifth_bits(uint32_t bits) {
+    const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
+                                            2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
+    const __m256i v = _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32((int)bits), spread),
+                                       bit);
+    return _mm256_and_si256(_mm256_cmpeq_epi8(v, bit), _mm256_set1_epi8(0x10));
 }
 
 #endif /* STRATA_Q8_0X_H */

@@ -7,6 +7,10 @@
 
 #include "strata_q8_0x.h"
 
+#ifndef MIN_TERM
+#define MIN_TERM 0  /* blocks without a min (q4_0, q5_0) */
+#endif
+
 /* One pair of blocks (`two`) or the odd last block of weight rows r < nr against rows
  * b < nb of x, into acc[r][b] (nr, nb, two: compile-time constants after inlining). */
 static inline void q8_0x_pair_step(__m256 acc[RN][RB], const uint8_t *w, int64_t row_bytes,
@@ -21,6 +25,9 @@ static inline void q8_0x_pair_step(__m256 acc[RN][RB], const uint8_t *w, int64_t
         __m256i lo, hi;
         __m256 wd;
         weight_pair(w + r * row_bytes, two, &lo, &hi, &wd);
+#if MIN_TERM
+        const __m256 wm = weight_mins(w + r * row_bytes, two);
+#endif
         for (int b = 0; b < nb; b++) {
             const xpair *xp = x + b * npairs;
             const __m256i s16 = _mm256_add_epi16(_mm256_maddubs_epi16(lo, xp->lo),
@@ -28,6 +35,9 @@ static inline void q8_0x_pair_step(__m256 acc[RN][RB], const uint8_t *w, int64_t
             const __m256i isum = _mm256_add_epi32(_mm256_madd_epi16(s16, ones), xp->c);
             acc[r][b] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(wd, xp->d),
                                         acc[r][b]);
+#if MIN_TERM  /* + f32(m_w) * s_x, once per block (s_x is 0 but in lanes 0 and 4) */
+            acc[r][b] = _mm256_fmadd_ps(wm, xp->s, acc[r][b]);
+#endif
         }
     }
 }
@@ -72,6 +82,7 @@ static inline void q8_0x_run(float *out, const float *x, const uint8_t *w,
                 memset((int8_t *)&xq[i].hi + 16, 0, 16);
                 memset((float *)&xq[i].d + 4, 0, 4 * sizeof(float));
                 memset((int32_t *)&xq[i].c + 4, 0, 4 * sizeof(int32_t));
+                memset((float *)&xq[i].s + 4, 0, 4 * sizeof(float));
             }
         }
 #pragma omp for schedule(dynamic, CHUNK_GROUPS)
