@@ -14,6 +14,7 @@
  * to float32 as ggml rounds them; one FMA each per super-block and lane. No horizontal sums:
  * lane r is output row r. */
 #include "strata_kquant.h"
+#include "strata_x8k.h"
 
 #define BLOCK_BYTES 144
 
@@ -25,43 +26,19 @@ static inline __attribute__((always_inline)) void superblock(__m256 acc[RMAX][RB
     kquant_superblock_45(acc, w, row_bytes, x, nsb, s, nr, nb, 0);
 }
 
-/* per 32-bit lane: bytes i0 and i1 of the lane, each zero-extended to int16 */
-static inline __m256i lane_bytes(int i0, int i1) {
-    const char z = (char)0x80;
-    return _mm256_setr_epi8(i0, z, i1, z, 4 + i0, z, 4 + i1, z, 8 + i0, z, 8 + i1, z,
-                            12 + i0, z, 12 + i1, z, i0, z, i1, z, 4 + i0, z, 4 + i1, z,
-                            8 + i0, z, 8 + i1, z, 12 + i0, z, 12 + i1, z);
-}
-
-static inline __m256i bcast4(const void *p) {
-    int32_t v;
-    memcpy(&v, p, 4);
-    return _mm256_set1_epi32(v);
-}
-
 static inline __attribute__((always_inline)) void group_sb(__m256 acc[2], const uint8_t *p,
                                                            const xsb *x, int64_t nsb,
                                                            int64_t s, const int nb) {
     const __m256i low4 = _mm256_set1_epi8(0x0F);
-    const __m256i m3f = _mm256_set1_epi32(0x3F3F3F3F), m0f = _mm256_set1_epi32(0x0F0F0F0F);
-    const __m256i m03 = _mm256_set1_epi32(0x03030303);
-    const __m256i u0 = _mm256_loadu_si256((const __m256i *)(p + 32));
-    const __m256i u1 = _mm256_loadu_si256((const __m256i *)(p + 64));
-    const __m256i u2 = _mm256_loadu_si256((const __m256i *)(p + 96));
-    const __m256i sc_lo = _mm256_and_si256(u0, m3f), mn_lo = _mm256_and_si256(u1, m3f);
-    const __m256i sc_hi = _mm256_or_si256(
-        _mm256_and_si256(u2, m0f), _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(u0, 6), m03), 4));
-    const __m256i mn_hi = _mm256_or_si256(
-        _mm256_and_si256(_mm256_srli_epi32(u2, 4), m0f),
-        _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(u1, 6), m03), 4));
+    const x8_q4k_scales u = x8_q4k_unpack(p);
     const uint8_t *qs = p + 128;
     __m256i sumi[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
     _Pragma("GCC unroll 16")
     for (int c = 0; c < 4; c++) {
-        const __m256i src = c < 2 ? sc_lo : sc_hi;
+        const __m256i src = c < 2 ? u.sc_lo : u.sc_hi;
         const int i = (2 * c) % 4;  /* byte of sub-block 2c (2c+1: i+1) in its lane */
-        const __m256i s_lo = _mm256_shuffle_epi8(src, lane_bytes(i, i));
-        const __m256i s_hi = _mm256_shuffle_epi8(src, lane_bytes(i + 1, i + 1));
+        const __m256i s_lo = _mm256_shuffle_epi8(src, x8_lane_bytes(i, i));
+        const __m256i s_hi = _mm256_shuffle_epi8(src, x8_lane_bytes(i + 1, i + 1));
         __m256i alo[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
         __m256i ahi[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
         _Pragma("GCC unroll 16")
@@ -72,8 +49,8 @@ static inline __attribute__((always_inline)) void group_sb(__m256 acc[2], const 
             _Pragma("GCC unroll 16")
             for (int b = 0; b < nb; b++) {
                 const int8_t *q = x[b * nsb + s].q + 64 * c + 4 * k;
-                alo[b] = _mm256_add_epi16(alo[b], _mm256_maddubs_epi16(lo, bcast4(q)));
-                ahi[b] = _mm256_add_epi16(ahi[b], _mm256_maddubs_epi16(hi, bcast4(q + 32)));
+                alo[b] = _mm256_add_epi16(alo[b], _mm256_maddubs_epi16(lo, x8_bcast4(q)));
+                ahi[b] = _mm256_add_epi16(ahi[b], _mm256_maddubs_epi16(hi, x8_bcast4(q + 32)));
             }
         }
         _Pragma("GCC unroll 16")
@@ -81,24 +58,7 @@ static inline __attribute__((always_inline)) void group_sb(__m256 acc[2], const 
             sumi[b] = _mm256_add_epi32(sumi[b], _mm256_add_epi32(_mm256_madd_epi16(alo[b], s_lo),
                                                                  _mm256_madd_epi16(ahi[b], s_hi)));
     }
-    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
-    const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 16)));
-    const __m256i m01 = _mm256_shuffle_epi8(mn_lo, lane_bytes(0, 1));
-    const __m256i m23 = _mm256_shuffle_epi8(mn_lo, lane_bytes(2, 3));
-    const __m256i m45 = _mm256_shuffle_epi8(mn_hi, lane_bytes(0, 1));
-    const __m256i m67 = _mm256_shuffle_epi8(mn_hi, lane_bytes(2, 3));
-    _Pragma("GCC unroll 16")
-    for (int b = 0; b < nb; b++) {
-        const xsb *xb = x + b * nsb + s;
-        __m256i msum = _mm256_madd_epi16(m01, bcast4(xb->bsum32));
-        msum = _mm256_add_epi32(msum, _mm256_madd_epi16(m23, bcast4(xb->bsum32 + 2)));
-        msum = _mm256_add_epi32(msum, _mm256_madd_epi16(m45, bcast4(xb->bsum32 + 4)));
-        msum = _mm256_add_epi32(msum, _mm256_madd_epi16(m67, bcast4(xb->bsum32 + 6)));
-        const __m256 dx = _mm256_set1_ps(xb->d);
-        /* f32(d_x*d) and f32(d_x*dmin): ggml's rounded products, then the FMAs */
-        acc[b] = _mm256_fmadd_ps(_mm256_mul_ps(dx, d), _mm256_cvtepi32_ps(sumi[b]), acc[b]);
-        acc[b] = _mm256_fnmadd_ps(_mm256_mul_ps(dx, dmin), _mm256_cvtepi32_ps(msum), acc[b]);
-    }
+    x8_q4k_finish(acc, p, x, nsb, s, sumi, &u, nb);
 }
 
 #include "strata_x8run.h"
