@@ -183,6 +183,29 @@ def test_the_cpu_runs_on_lab_kernels_when_every_op_is_verified(
     assert {p.kernel for p in cov.ops} == {"c.naive"}
 
 
+def test_the_x8_layout_is_listed_but_never_blocks(conn: sqlite3.Connection,
+                                                  rdna4: tuple[str, HostCaps]) -> None:
+    """A Q4_K/Q6_K model's coverage lists the x8 ops -B lab repacks into where they serve,
+    as optional rows: with only the file-layout ops verified the model runs, and the x8
+    rows say they are not served (nothing verified them); once one passes, it is served."""
+    from strata.lab.plan import section
+
+    fp, caps = rdna4
+    spec = _with_types(_tiny(), {"output.weight": "Q6_K", "blk.0.ffn_down.weight": "Q4_K"})
+    for op in [*LAYER_OPS, "linear_q8_0", "linear_q4_K", "linear_q6_K"]:
+        _store(conn, fp, op, "c.naive", "cpu", "pass")
+    cov = coverage(spec, "cpu", RecordedHost(conn, fp, caps))
+    assert cov.runs and cov.verdict == RUNS
+    assert [p.op for p in cov.layouts] == ["linear_q4_Kx8", "linear_q6_Kx8"]
+    assert all(p.state != SERVED for p in cov.layouts)
+    rows = section(cov, "m").rows
+    assert rows[-2][0] == "linear_q4_Kx8" and rows[-2][2].startswith("optional x8 layout")
+    _store(conn, fp, "linear_q4_Kx8", "c.naive", "cpu", "pass")
+    again = coverage(spec, "cpu", RecordedHost(conn, fp, caps))
+    assert again.layouts[0].state == SERVED and again.layouts[0].kernel == "c.naive"
+    assert again.to_dict()["layouts"][0]["op"] == "linear_q4_Kx8"
+
+
 # -- storage types and architectures the lab does not read ---------------------------------------
 
 

@@ -92,6 +92,8 @@ class Coverage:
     unread: list[str] = field(default_factory=list)  # storage types no lab op reads
     blockers: list[str] = field(default_factory=list)  # not about kernels (architecture)
     notes: list[str] = field(default_factory=list)  # the vendor stack's verdict on the device
+    # optional ops: strata's own layouts of some types (REPACKED), used where they serve
+    layouts: list[OpPlan] = field(default_factory=list)
 
     def _in(self, state: str) -> list[str]:
         return [p.op for p in self.ops if p.state == state]
@@ -124,7 +126,8 @@ class Coverage:
 
     def to_dict(self) -> dict[str, Any]:
         return {"device": self.device, "verdict": self.verdict, "runs": self.runs,
-                "ops": [p.to_dict() for p in self.ops], "missing": self.missing,
+                "ops": [p.to_dict() for p in self.ops],
+                "layouts": [p.to_dict() for p in self.layouts], "missing": self.missing,
                 "unverified": self.unverified, "unread_types": self.unread,
                 "blockers": self.blockers, "notes": self.notes}
 
@@ -194,6 +197,8 @@ def coverage(spec_or_types: ModelSpec | Iterable[str], device: str,
         plan, notes = plan_op(op, device, host)
         cov.ops.append(plan)
         cov.notes = cov.notes or notes
+    for kind in sorted(set(types) & set(REPACKED)):  # never a blocker: the file's op serves
+        cov.layouts.append(plan_op(X8_OPS[REPACKED[kind]], device, host)[0])
     return cov
 
 
@@ -211,8 +216,10 @@ def section(cov: Coverage, ref: str) -> FitSection:
     from strata.fit.backends import FitSection
 
     lines = [*cov.notes, f"lab on {cov.device}: {cov.verdict}"]  # notes name the device
+    optional = [(p.op, p.kernel, f"optional x8 layout (repacked at load): {p.state}")
+                for p in cov.layouts]
     return FitSection(f"strata fit · {ref} · lab kernels on {cov.device}", COLUMNS,
-                      [(p.op, p.kernel, p.why) for p in cov.ops], lines,
+                      [*((p.op, p.kernel, p.why) for p in cov.ops), *optional], lines,
                       {"coverage": cov.to_dict()})
 
 
