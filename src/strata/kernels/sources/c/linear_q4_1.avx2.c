@@ -13,15 +13,6 @@
 #define OFFSET 0   /* q4_1: value d * nibble + m */
 #define MIN_TERM 1
 
-/* fp16 values at byte `at` of the blocks at p and p + 20 (four lanes each; 0 for the
- * second when there is none) */
-static inline __m256 half_pair(const uint8_t *p, const int two, const int at) {
-    int16_t ha, hb = 0;
-    memcpy(&ha, p + at, sizeof ha);
-    if (two) memcpy(&hb, p + BLOCK_BYTES + at, sizeof hb);
-    return _mm256_cvtph_ps(_mm_blend_epi16(_mm_set1_epi16(ha), _mm_set1_epi16(hb), 0xF0));
-}
-
 static inline __attribute__((always_inline)) void weight_pair(const uint8_t *p, const int two,
                                                               __m256i *lo, __m256i *hi,
                                                               __m256 *wd) {
@@ -33,10 +24,9 @@ static inline __attribute__((always_inline)) void weight_pair(const uint8_t *p, 
                               : _mm256_zextsi128_si256(a);
     *lo = _mm256_and_si256(bytes, low4);
     *hi = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), low4);
-    *wd = half_pair(p, two, 0);
+    *wd = q8_0x_half_pair(p, two, 0, BLOCK_BYTES);
 }
 
-static inline __m256 weight_mins(const uint8_t *p, const int two) { return half_pair(p, two, 2); }
 
 #include "strata_q8_0x_run.h"
 

@@ -17,16 +17,10 @@
  * 4. Tiling and threads: strata_kquant_run.h (fixed-order sums whatever the thread count).
  */
 #include "strata_kquant.h"
+#include "strata_q4k_row.h"
 
 #define BLOCK_BYTES 144
-
-static inline __attribute__((always_inline)) void superblock(__m256 acc[RMAX][RB],
-                                                             const uint8_t *w, int64_t row_bytes,
-                                                             const xsb *x, int64_t nsb,
-                                                             int64_t s, const int nr,
-                                                             const int nb) {
-    kquant_superblock_45(acc, w, row_bytes, x, nsb, s, nr, nb, 0);
-}
+#define SUPERBLOCK q4k_superblock_avx2  /* the file-layout dot (strata_kquant_run.h) */
 
 #include "strata_kquant_run.h"
 

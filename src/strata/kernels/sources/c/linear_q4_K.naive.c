@@ -12,11 +12,7 @@
 
 #define BLOCK_BYTES 144
 
-static float superblock(const uint8_t *p, const q8k_block *y) {
-    return q8k_superblock_45(p, y, 0);
-}
-
 void strata_linear_q4_K(float *out, const float *x, const uint8_t *w,
                         int64_t B, int64_t N, int64_t K) {
-    q8k_linear(out, x, w, B, N, K, BLOCK_BYTES, superblock);
+    q8k_linear(out, x, w, B, N, K, BLOCK_BYTES, q8k_superblock_q4k);
 }

@@ -14,17 +14,11 @@
  * to float32 as ggml rounds them; one FMA each per super-block and lane. No horizontal sums:
  * lane r is output row r. */
 #include "strata_kquant.h"
+#include "strata_q4k_row.h"
 #include "strata_x8k.h"
 
 #define BLOCK_BYTES 144
-
-static inline __attribute__((always_inline)) void superblock(__m256 acc[RMAX][RB],
-                                                             const uint8_t *w, int64_t row_bytes,
-                                                             const xsb *x, int64_t nsb,
-                                                             int64_t s, const int nr,
-                                                             const int nb) {
-    kquant_superblock_45(acc, w, row_bytes, x, nsb, s, nr, nb, 0);
-}
+#define SUPERBLOCK q4k_superblock_avx2  /* the file-layout dot (strata_kquant_run.h) */
 
 static inline __attribute__((always_inline)) void group_sb(__m256 acc[2], const uint8_t *p,
                                                            const xsb *x, int64_t nsb,

@@ -5,11 +5,7 @@
 #include "strata_half.h"
 #include "strata_x8.h"
 
-static float superblock(const uint8_t *p, const q8k_block *y) {
-    return q8k_superblock_45(p, y, 0);
-}
-
 void strata_linear_q4_Kx8(float *out, const float *x, const uint8_t *w,
                           int64_t B, int64_t N, int64_t K) {
-    x8_linear(out, x, w, B, N, K, 144, X8_Q4K, X8_Q4K_FIELDS, superblock);
+    x8_linear(out, x, w, B, N, K, 144, X8_Q4K, X8_Q4K_FIELDS, q8k_superblock_q4k);
 }

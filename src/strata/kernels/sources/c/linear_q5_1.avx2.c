@@ -16,15 +16,6 @@
 #define OFFSET 0   /* q5_1: value d * (nibble + 16 * bit) + m */
 #define MIN_TERM 1
 
-/* fp16 values at byte `at` of the blocks at p and p + 24 (four lanes each; 0 for the
- * second when there is none) */
-static inline __m256 half_pair(const uint8_t *p, const int two, const int at) {
-    int16_t ha, hb = 0;
-    memcpy(&ha, p + at, sizeof ha);
-    if (two) memcpy(&hb, p + BLOCK_BYTES + at, sizeof hb);
-    return _mm256_cvtph_ps(_mm_blend_epi16(_mm_set1_epi16(ha), _mm_set1_epi16(hb), 0xF0));
-}
-
 static inline __attribute__((always_inline)) void weight_pair(const uint8_t *p, const int two,
                                                               __m256i *lo, __m256i *hi,
                                                               __m256 *wd) {
@@ -41,10 +32,9 @@ static inline __attribute__((always_inline)) void weight_pair(const uint8_t *p, 
                           q8_0x_fifth_bits((qa & 0xFFFFu) | (qb << 16)));
     *hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bytes, 4), low4),
                           q8_0x_fifth_bits((qa >> 16) | (qb & 0xFFFF0000u)));
-    *wd = half_pair(p, two, 0);
+    *wd = q8_0x_half_pair(p, two, 0, BLOCK_BYTES);
 }
 
-static inline __m256 weight_mins(const uint8_t *p, const int two) { return half_pair(p, two, 2); }
 
 #include "strata_q8_0x_run.h"
 

@@ -18,6 +18,7 @@
 #include "strata_kquant.h"
 
 #define BLOCK_BYTES 210
+#define SUPERBLOCK q6k_superblock_avx2  /* the file-layout dot (strata_kquant_run.h) */
 
 #include "strata_q6k_avx2.h"
 

@@ -11,11 +11,7 @@
 
 #define BLOCK_BYTES 210
 
-static float superblock(const uint8_t *p, const q8k_block *y) {
-    return q6k_superblock(p, y);
-}
-
 void strata_linear_q6_K(float *out, const float *x, const uint8_t *w,
                         int64_t B, int64_t N, int64_t K) {
-    q8k_linear(out, x, w, B, N, K, BLOCK_BYTES, superblock);
+    q8k_linear(out, x, w, B, N, K, BLOCK_BYTES, q6k_superblock);
 }

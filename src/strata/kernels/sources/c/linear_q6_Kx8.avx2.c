@@ -17,6 +17,7 @@
 #include "strata_x8k.h"
 
 #define BLOCK_BYTES 210
+#define SUPERBLOCK q6k_superblock_avx2  /* the file-layout dot (strata_kquant_run.h) */
 
 static inline __attribute__((always_inline)) void group_sb(__m256 acc[2], const uint8_t *p,
                                                            const xsb *x, int64_t nsb,

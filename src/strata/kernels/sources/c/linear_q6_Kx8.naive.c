@@ -5,11 +5,7 @@
 #include "strata_q6k.h"
 #include "strata_x8.h"
 
-static float superblock(const uint8_t *p, const q8k_block *y) {
-    return q6k_superblock(p, y);
-}
-
 void strata_linear_q6_Kx8(float *out, const float *x, const uint8_t *w,
                           int64_t B, int64_t N, int64_t K) {
-    x8_linear(out, x, w, B, N, K, 210, X8_Q6K, X8_Q6K_FIELDS, superblock);
+    x8_linear(out, x, w, B, N, K, 210, X8_Q6K, X8_Q6K_FIELDS, q6k_superblock);
 }

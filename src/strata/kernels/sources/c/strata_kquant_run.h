@@ -1,9 +1,14 @@
 /* strata_kquant_run.h: the tiled, threaded driver of the AVX2 K-quant linear kernels; see
- * strata_kquant.h (the including kernel defines BLOCK_BYTES and superblock() first). */
+ * strata_kquant.h (the including kernel defines BLOCK_BYTES and its super-block dot first:
+ * superblock(), or the function SUPERBLOCK names — a shared one, e.g. strata_q4k_row.h's). */
 #ifndef STRATA_KQUANT_RUN_H
 #define STRATA_KQUANT_RUN_H
 
 #include "strata_kquant.h"
+
+#ifndef SUPERBLOCK
+#define SUPERBLOCK superblock
+#endif
 
 /* always inlined: nr, nb are constants at each call, the loops unroll, acc[][] stays in
  * registers */
@@ -16,7 +21,7 @@ static inline void kquant_tile(float *out, int64_t ldo, const uint8_t *w, int64_
     __m256 acc[RMAX][RB];
     for (int r = 0; r < nr; r++)
         for (int b = 0; b < nb; b++) acc[r][b] = _mm256_setzero_ps();
-    for (int64_t s = 0; s < nsb; s++) superblock(acc, w, row_bytes, x, nsb, s, nr, nb);
+    for (int64_t s = 0; s < nsb; s++) SUPERBLOCK(acc, w, row_bytes, x, nsb, s, nr, nb);
     for (int r = 0; r < nr; r++)
         for (int b = 0; b < nb; b++) out[b * ldo + r] = hsum256_ps(acc[r][b]);
 }

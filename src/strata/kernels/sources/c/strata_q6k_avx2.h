@@ -8,7 +8,9 @@
 #include "strata_kquant.h"
 
 /* The 8 groups of 32 six-bit weights (0..63) of a super-block, in weight order. */
-static inline __attribute__((always_inline)) void weights6(const uint8_t *p, __m256i q[8]) {
+static inline void weights6(const uint8_t *p, __m256i q[8]) __attribute__((always_inline));
+
+static inline void weights6(const uint8_t *p, __m256i q[8]) {
     const __m256i low4 = _mm256_set1_epi8(0x0F), two = _mm256_set1_epi8(0x03);
     for (int h = 0; h < 2; h++) {
         const __m256i l0 = _mm256_loadu_si256((const __m256i *)(p + 64 * h));
@@ -26,11 +28,13 @@ static inline __attribute__((always_inline)) void weights6(const uint8_t *p, __m
 }
 
 /* acc[r][b] += the super-block `s` of weight rows r < nr against x rows b < nb. */
-static inline __attribute__((always_inline)) void superblock(__m256 acc[RMAX][RB],
-                                                             const uint8_t *w, int64_t row_bytes,
-                                                             const xsb *x, int64_t nsb,
-                                                             int64_t s, const int nr,
-                                                             const int nb) {
+static inline void q6k_superblock_avx2(
+        __m256 acc[RMAX][RB], const uint8_t *w, int64_t row_bytes, const xsb *x, int64_t nsb,
+        int64_t s, const int nr, const int nb) __attribute__((always_inline));
+
+static inline void q6k_superblock_avx2(
+        __m256 acc[RMAX][RB], const uint8_t *w, int64_t row_bytes, const xsb *x, int64_t nsb,
+        int64_t s, const int nr, const int nb) {
     for (int r = 0; r < nr; r++) {
         const uint8_t *p = w + r * row_bytes + s * BLOCK_BYTES;
         const __m128i sc8 = _mm_loadu_si128((const __m128i *)(p + 192));  /* int8 scales */
@@ -41,7 +45,8 @@ static inline __attribute__((always_inline)) void superblock(__m256 acc[RMAX][RB
         for (int b = 0; b < nb; b++) {
             const xsb *xb = x + b * nsb + s;
             /* -32 * sum_j sc_j * bsum_j, as 8 int32 lanes */
-            const __m256i off = _mm256_madd_epi16(sc16, _mm256_load_si256((const __m256i *)xb->bsums));
+            const __m256i off = _mm256_madd_epi16(sc16,
+                                                  _mm256_load_si256((const __m256i *)xb->bsums));
             sumi[b] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(off, 5));
         }
         for (int g = 0; g < 8; g++) {

@@ -8,10 +8,9 @@
  *   static inline void weight_pair(const uint8_t *p, int two, __m256i *lo, __m256i *hi,
  *                                  __m256 *wd)
  * (the blocks at p and p + BLOCK_BYTES as unsigned values against an xpair, and their
- * scales), and, for blocks with a min (value d*q + m: MIN_TERM 1),
- *   static inline __m256 weight_mins(const uint8_t *p, int two)
- * (the two blocks' m four times each), between including this header and
- * strata_q8_0x_run.h, whose q8_0x_run(out, x, w, B, N, K) does the rest. */
+ * scales) between including this header and strata_q8_0x_run.h, whose q8_0x_run(out, x,
+ * w, B, N, K) does the rest; MIN_TERM 1 for blocks with an fp16 min at byte 2 (value
+ * d*q + m: q4_1, q5_1). */
 #ifndef STRATA_Q8_0X_H
 #define STRATA_Q8_0X_H
 
@@ -91,6 +90,16 @@ static inline __m256i q8_0x_fifth_bits(uint32_t bits) {
     const __m256i v = _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32((int)bits), spread),
                                        bit);
     return _mm256_and_si256(_mm256_cmpeq_epi8(v, bit), _mm256_set1_epi8(0x10));
+}
+
+/* The fp16 values at byte `at` of the blocks at p and p + block (four lanes each; 0 for the
+ * second when there is none): a weight pair's scales (at 0) or mins (at 2). */
+static inline __m256 q8_0x_half_pair(const uint8_t *p, const int two, const int at,
+                                     const int64_t block) {
+    int16_t ha, hb = 0;
+    memcpy(&ha, p + at, sizeof ha);
+    if (two) memcpy(&hb, p + block + at, sizeof hb);
+    return _mm256_cvtph_ps(_mm_blend_epi16(_mm_set1_epi16(ha), _mm_set1_epi16(hb), 0xF0));
 }
 
 #endif /* STRATA_Q8_0X_H */

@@ -26,7 +26,7 @@ static inline void q8_0x_pair_step(__m256 acc[RN][RB], const uint8_t *w, int64_t
         __m256 wd;
         weight_pair(w + r * row_bytes, two, &lo, &hi, &wd);
 #if MIN_TERM
-        const __m256 wm = weight_mins(w + r * row_bytes, two);
+        const __m256 wm = q8_0x_half_pair(w + r * row_bytes, two, 2, BLOCK_BYTES);
 #endif
         for (int b = 0; b < nb; b++) {
             const xpair *xp = x + b * npairs;

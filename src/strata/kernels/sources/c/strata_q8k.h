@@ -92,6 +92,11 @@ static inline float q8k_superblock_45(const uint8_t *p, const q8k_block *y, int 
  * weight rows over OpenMP threads, each output one thread's fixed-order sum). */
 typedef float (*q8k_superblock_fn)(const uint8_t *p, const q8k_block *y);
 
+/* q4_K's super-block dot (q8k_superblock_45 without a fifth bit), as a q8k_superblock_fn */
+static inline float q8k_superblock_q4k(const uint8_t *p, const q8k_block *y) {
+    return q8k_superblock_45(p, y, 0);
+}
+
 static inline void q8k_linear(float *out, const float *x, const uint8_t *w, int64_t B,
                               int64_t N, int64_t K, int64_t block_bytes,
                               q8k_superblock_fn superblock) {

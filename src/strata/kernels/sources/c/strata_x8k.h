@@ -38,17 +38,22 @@ static inline x8_q4k_scales x8_q4k_unpack(const uint8_t *p) {
     x8_q4k_scales out;
     out.sc_lo = _mm256_and_si256(u0, m3f);
     out.mn_lo = _mm256_and_si256(u1, m3f);
-    out.sc_hi = _mm256_or_si256(_mm256_and_si256(u2, m0f),
-                                _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(u0, 6), m03), 4));
+    const __m256i top_sc = _mm256_and_si256(_mm256_srli_epi32(u0, 6), m03);  /* bits 4-5 */
+    const __m256i top_mn = _mm256_and_si256(_mm256_srli_epi32(u1, 6), m03);
+    out.sc_hi = _mm256_or_si256(_mm256_and_si256(u2, m0f), _mm256_slli_epi32(top_sc, 4));
     out.mn_hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(u2, 4), m0f),
-                                _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(u1, 6), m03), 4));
+                                _mm256_slli_epi32(top_mn, 4));
     return out;
 }
 
 /* q4_K: acc[b] += f32(d_x*d)*sumi[b] - f32(d_x*dmin)*sum_j m_j*bsum32_j, per row lane */
-static inline __attribute__((always_inline)) void x8_q4k_finish(
-    __m256 acc[2], const uint8_t *p, const xsb *x, int64_t nsb, int64_t s,
-    const __m256i sumi[2], const x8_q4k_scales *u, const int nb) {
+static inline void x8_q4k_finish(
+        __m256 acc[2], const uint8_t *p, const xsb *x, int64_t nsb, int64_t s, const __m256i
+        sumi[2], const x8_q4k_scales *u, const int nb) __attribute__((always_inline));
+
+static inline void x8_q4k_finish(
+        __m256 acc[2], const uint8_t *p, const xsb *x, int64_t nsb, int64_t s, const __m256i
+        sumi[2], const x8_q4k_scales *u, const int nb) {
     const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
     const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 16)));
     const __m256i m01 = _mm256_shuffle_epi8(u->mn_lo, x8_lane_bytes(0, 1));
@@ -69,8 +74,12 @@ static inline __attribute__((always_inline)) void x8_q4k_finish(
 
 /* q6_K: sumi[b] = -32 * sum_j sc_j * bsum_j per row lane (the offset of q - 32, through
  * the activations' bsums); scales at p + 16 as [j][row] int8 */
-static inline __attribute__((always_inline)) void x8_q6k_offsets(
-    __m256i sumi[2], const uint8_t *p, const xsb *x, int64_t nsb, int64_t s, const int nb) {
+static inline void x8_q6k_offsets(
+        __m256i sumi[2], const uint8_t *p, const xsb *x, int64_t nsb, int64_t s, const int nb)
+    __attribute__((always_inline));
+
+static inline void x8_q6k_offsets(
+        __m256i sumi[2], const uint8_t *p, const xsb *x, int64_t nsb, int64_t s, const int nb) {
     __m256i off[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
     for (int j = 0; j < 16; j += 2) {  /* (sc_j, sc_j+1) of each row against (bsum_j, _j+1) */
         const __m128i v = _mm_loadu_si128((const __m128i *)(p + 16 + 8 * j));
@@ -85,7 +94,9 @@ static inline __attribute__((always_inline)) void x8_q6k_offsets(
 
 /* q6_K: the weights (0..63) of groups 4h+0..3 at one step, from its three slices at st
  * (ql, ql + 32, qh: ggml's bit assignment, strata_q6k.h) */
-static inline __attribute__((always_inline)) void x8_q6k_step(const uint8_t *st, __m256i w[4]) {
+static inline void x8_q6k_step(const uint8_t *st, __m256i w[4]) __attribute__((always_inline));
+
+static inline void x8_q6k_step(const uint8_t *st, __m256i w[4]) {
     const __m256i low4 = _mm256_set1_epi8(0x0F), hmask = _mm256_set1_epi8(0x30);
     const __m256i l0 = _mm256_loadu_si256((const __m256i *)st);
     const __m256i l1 = _mm256_loadu_si256((const __m256i *)(st + 32));
@@ -101,9 +112,13 @@ static inline __attribute__((always_inline)) void x8_q6k_step(const uint8_t *st,
 }
 
 /* q6_K: acc[b] += f32(d_x*d) * sumi[b], per row lane */
-static inline __attribute__((always_inline)) void x8_q6k_finish(
-    __m256 acc[2], const uint8_t *p, const xsb *x, int64_t nsb, int64_t s,
-    const __m256i sumi[2], const int nb) {
+static inline void x8_q6k_finish(
+        __m256 acc[2], const uint8_t *p, const xsb *x, int64_t nsb, int64_t s, const __m256i
+        sumi[2], const int nb) __attribute__((always_inline));
+
+static inline void x8_q6k_finish(
+        __m256 acc[2], const uint8_t *p, const xsb *x, int64_t nsb, int64_t s, const __m256i
+        sumi[2], const int nb) {
     const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
     for (int b = 0; b < nb; b++) {
         const __m256 dx = _mm256_set1_ps(x[b * nsb + s].d);

@@ -1,6 +1,6 @@
 /* strata_x8run.h: the threaded driver of the AVX2 x8-layout K-quant kernels (linear_q4_Kx8,
  * linear_q6_Kx8 .avx2.c); strata_x8.h describes the layout. The including kernel defines
- * BLOCK_BYTES, the file-layout row dot superblock() (for the N % 8 last rows, through
+ * BLOCK_BYTES, the file-layout row dot (SUPERBLOCK: for the N % 8 last rows, through
  * strata_kquant_run.h's kquant_tile) and
  *   static inline void group_sb(__m256 acc[2], const uint8_t *p, const xsb *x, int64_t nsb,
  *                               int64_t s, int nb)
@@ -16,9 +16,11 @@
 #define GROUP_BYTES (GROUP_ROWS * BLOCK_BYTES)
 
 /* the 8 outputs of x rows b < nb for one group of weight rows */
-static inline __attribute__((always_inline)) void x8_group(float *out, int64_t N,
-                                                           const uint8_t *gw, const xsb *x,
-                                                           int64_t nsb, const int nb) {
+static inline void x8_group(float *out, int64_t N, const uint8_t *gw, const xsb *x,
+                            int64_t nsb, const int nb) __attribute__((always_inline));
+
+static inline void x8_group(float *out, int64_t N, const uint8_t *gw, const xsb *x,
+                            int64_t nsb, const int nb) {
     __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
     for (int64_t s = 0; s < nsb; s++) group_sb(acc, gw + s * GROUP_BYTES, x, nsb, s, nb);
     for (int b = 0; b < nb; b++) _mm256_storeu_ps(out + b * N, acc[b]);
