@@ -13,8 +13,15 @@ Prints:
      file's layout (what -B lab ran before it repacked them into strata's x8 layout at
      load): which layout won, measured in one run.
 
+With --paired R (the figure to quote on a shared host): instead of (1), both backends are
+loaded side by side in this process and called in R alternating rounds (llama.cpp then lab,
+then lab then llama.cpp, ...: a burst of load from other processes hits both), each round
+one pp<p> + tg<n> request per backend; the ratio is taken per round and the median and
+spread of the R ratios are printed. (1) runs each backend's repetitions one after the other,
+so a burst of load skews one side: its ratio moved ±15% between runs on the 2-core host.
+
 Usage:  .venv/bin/python benchmarks/lab_vs_llamacpp.py [--models M1,M2] [-t THREADS]
-        [-p 64] [-n 32] [--profile-tokens 16]
+        [-p 64] [-n 32] [--profile-tokens 16] [--paired 12]
 Uses a temporary STRATA_HOME (kernels verified there first, roofline measured there once),
 never the user's DB. `strata kernels bench linear_q8_0` etc. there would let dispatch choose
 by speed; this script keeps dispatch's verified-first choice and prints it.
@@ -69,6 +76,56 @@ def side_by_side(model: str, rows: list[dict]) -> None:
         print("  note: the host was busy during some tests (see strata bench's notes)")
 
 
+def paired(model: str, threads: int, p: int, n: int, rounds: int, home: Path) -> None:
+    """Both backends loaded at once, called in alternating rounds; per-round ratios."""
+    os.environ["STRATA_HOME"] = str(home)
+    import random
+    import statistics
+
+    from strata.backends import create
+    from strata.backends.base import LoadConfig, RunRequest
+    from strata.bench.metrics import compute
+    from strata.models.source import resolve
+
+    resolved = resolve(model)
+    config = LoadConfig(threads=threads, n_ctx=p + n + 16)
+    backends = {}
+    for name in ("llamacpp", "lab"):
+        backends[name] = create(name)
+        backends[name].load(resolved, config)
+    rng = random.Random(0)
+    ratios: dict[str, list[float]] = {"pp": [], "tg": []}
+    speeds: dict[tuple[str, str], list[float]] = {}
+    try:
+        for r in range(rounds + 1):  # round 0 warms both up, untimed
+            prompt = tuple(backends["llamacpp"].random_tokens(p, seed=rng.randrange(1 << 30)))
+            order = ("llamacpp", "lab") if r % 2 else ("lab", "llamacpp")
+            got = {}
+            for name in order:
+                trace = backends[name].run(RunRequest((), prompt, n))
+                got[name] = compute(trace)
+            if r == 0:
+                continue
+            for test, attr in (("pp", "prefill_tps"), ("tg", "decode_tps")):
+                lc, lab = getattr(got["llamacpp"], attr), getattr(got["lab"], attr)
+                ratios[test].append(lab / lc)
+                speeds.setdefault((test, "llamacpp"), []).append(lc)
+                speeds.setdefault((test, "lab"), []).append(lab)
+    finally:
+        for b in backends.values():
+            b.close()
+    print(f"\n{model}: paired, {rounds} alternating rounds of pp{p} + tg{n}, {threads} "
+          "thread(s)")
+    print(f"  {'test':<6}{'llama.cpp t/s':>15}{'lab t/s':>11}{'lab/llama.cpp':>15}"
+          f"{'ratio range':>17}")
+    for test in ("pp", "tg"):
+        rs = sorted(ratios[test])
+        lc = statistics.median(speeds[(test, "llamacpp")])
+        lab = statistics.median(speeds[(test, "lab")])
+        print(f"  {test:<6}{lc:>15.2f}{lab:>11.2f}{statistics.median(rs):>15.2f}"
+              f"{rs[0]:>9.2f}-{rs[-1]:.2f}")
+
+
 def _eta(row: dict) -> str:
     return f"{row['eta']:.2f}" if row.get("eta") is not None else "-"
 
@@ -120,12 +177,18 @@ def main() -> None:
     ap.add_argument("-p", type=int, default=64)
     ap.add_argument("-n", type=int, default=32)
     ap.add_argument("--profile-tokens", type=int, default=16)
+    ap.add_argument("--paired", type=int, default=0, metavar="ROUNDS",
+                    help="alternate the two backends in one process for ROUNDS rounds and "
+                         "print the median per-round ratio (instead of strata bench)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="strata-labbench-") as tmp:
         home = Path(tmp)
         print(f"host: {os.cpu_count()} CPUs; threads {args.threads}; STRATA_HOME {home}")
         for model in args.models.split(","):
-            side_by_side(model, bench(model, args.threads, args.p, args.n, home))
+            if args.paired:
+                paired(model, args.threads, args.p, args.n, args.paired, home)
+            else:
+                side_by_side(model, bench(model, args.threads, args.p, args.n, home))
         for model in args.models.split(","):
             if profile(model, args.threads, args.profile_tokens, home):
                 profile(model, args.threads, args.profile_tokens, home, repack=False)
