@@ -21,6 +21,7 @@ Each field keeps ggml's encoding (ggml-common.h, _kquant.py): only whole bytes m
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -95,21 +96,30 @@ def unpack(kind: str, w: Any, k: int) -> Any:
 
 
 def rows(kind: str, w: Any, ids: Any, k: int) -> Any:
-    """Rows `ids` of an x8-packed tensor in the file's layout (an embedding lookup): each
-    id's group unpacked, its row taken."""
+    """Rows `ids` of an x8-packed tensor in the file's layout (an embedding lookup): one
+    gather of each row's bytes, wherever its group put them."""
     import torch
 
     n, nsb = _check(kind, w, k)
-    block, grouped = BLOCK_BYTES[kind], n // ROWS * ROWS
-    flat = w.reshape(-1)
-    group_bytes = ROWS * nsb * block
-    out = torch.empty(len(ids), nsb * block, dtype=w.dtype, device=w.device)
-    for i, row in enumerate(ids.tolist()):
-        if row >= grouped:
-            start = grouped * nsb * block + (row - grouped) * nsb * block
-            out[i] = flat[start:start + nsb * block]
-            continue
-        g = row // ROWS
-        group = flat[g * group_bytes:(g + 1) * group_bytes].reshape(ROWS, nsb * block)
-        out[i] = unpack(kind, group, k)[row % ROWS]
-    return out
+    row_bytes = nsb * BLOCK_BYTES[kind]
+    grouped = n // ROWS * ROWS
+    ids = ids.to(device=w.device, dtype=torch.int64)
+    within = _row_places(kind, k).to(w.device)  # [ROWS, row_bytes]
+    places = (ids // ROWS * ROWS * row_bytes)[:, None] + within[ids % ROWS]
+    tail = ids >= grouped  # the last N % 8 rows, in the file's layout
+    places[tail] = (ids[tail] * row_bytes)[:, None] + torch.arange(row_bytes, device=w.device)
+    return w.reshape(-1)[places]
+
+
+@functools.cache
+def _row_places(kind: str, k: int) -> Any:
+    """[ROWS, row bytes]: where byte j of a group's row r sits within its packed group
+    (`pack` applied to the bytes' own indices, inverted)."""
+    import torch
+
+    row_bytes = k // QK_K * BLOCK_BYTES[kind]
+    labels = torch.arange(ROWS * row_bytes, dtype=torch.int64).reshape(ROWS, row_bytes)
+    packed = pack(kind, labels, k).reshape(-1)
+    places = torch.empty_like(packed)
+    places[packed] = torch.arange(packed.numel())
+    return places.reshape(ROWS, row_bytes)
