@@ -296,7 +296,7 @@ def _pick(decision: Decision, timed: list[Candidate], untimed: list[Candidate]) 
     """Set the outcome: the fastest timed candidate when it beats eager (or the vendor
     stack cannot drive the device), else eager; a verified, never benchmarked built-in
     only when nothing was timed (speed unknown, still better than the reference): the most
-    specialised one (most ISA features required)."""
+    specialised one (Implementation.specialisation)."""
     if timed and ((timed[0].speed or 0.0) >= 1.0 or decision.notes):
         decision.outcome, decision.speedup = KERNEL, timed[0].speed
         return timed[0]
@@ -304,9 +304,7 @@ def _pick(decision: Decision, timed: list[Candidate], untimed: list[Candidate]) 
         decision.outcome, decision.speedup = VENDOR, 1.0
         return None
     decision.outcome = KERNEL
-    # untimed built-ins: the one that asks most of this CPU (AVX-512 VNNI before AVX2
-    # before portable C) — each is verified correct, the more specialised is the tuned one
-    return max(untimed, key=lambda c: len(c.impl.requires.isa))
+    return max(untimed, key=lambda c: c.impl.specialisation)
 
 
 def _trace_accepted(decision: Decision, timed: list[Candidate],

@@ -42,11 +42,10 @@ def ensure_verified(host: KernelHost, ops: Iterable[str], device: str,
 def candidates(conn: sqlite3.Connection, caps: HostCaps, op: str,
                device: str) -> list[Implementation]:
     """Implementations of `op` that can serve `device` here, the most specialised first
-    (most ISA features required: AVX-512 VNNI, AVX2, then portable C), as dispatch prefers
-    them while none is timed."""
+    (Implementation.specialisation), as dispatch prefers them while none is timed."""
     runnable = [i for i in implementations(op, conn)
                 if not i.is_baseline and unrunnable_reason(i, device, caps) is None]
-    return sorted(runnable, key=lambda i: (-len(i.requires.isa), i.name.endswith(".naive")))
+    return sorted(runnable, key=lambda i: (-i.specialisation, i.name.endswith(".naive")))
 
 
 def _pending(conn: sqlite3.Connection, fingerprint: str, impls: list[Implementation],

@@ -30,8 +30,8 @@ LINEAR_OPS = {"F32": "linear_f32", "F16": "linear_f16", "Q8_0": "linear_q8_0",
               "Q4_0": "linear_q4_0", "Q5_0": "linear_q5_0", "Q4_1": "linear_q4_1",
               "Q5_1": "linear_q5_1", "Q4_K": "linear_q4_K", "Q5_K": "linear_q5_K",
               "Q6_K": "linear_q6_K"}
-# storage types -lab repacks at load into strata's x8 layout (kernels/ops/_kquant_x8.py) where
-# the x8 kernel is as tuned as the file-layout one, and the op that multiplies by the result
+# storage types -B lab repacks at load into strata's x8 layout (kernels/ops/_kquant_x8.py)
+# where a SIMD x8 kernel serves (engine/ops_lab.py: repacks), and the op multiplying by each
 REPACKED = {"Q4_K": "Q4_Kx8", "Q6_K": "Q6_Kx8"}
 X8_OPS = {"Q4_Kx8": "linear_q4_Kx8", "Q6_Kx8": "linear_q6_Kx8"}
 
