@@ -41,11 +41,15 @@ def ensure_verified(host: KernelHost, ops: Iterable[str], device: str,
 
 def candidates(conn: sqlite3.Connection, caps: HostCaps, op: str,
                device: str) -> list[Implementation]:
-    """Implementations of `op` that can serve `device` here, the most specialised first
-    (Implementation.specialisation), as dispatch prefers them while none is timed."""
+    """Implementations of `op` that can serve `device` here: the built-ins first, the most
+    specialised of them first (Implementation.specialisation, as dispatch prefers them
+    while none is timed), then external kernels. An external one never goes ahead of a
+    built-in, whatever CPU features it declares: its pass would end the queue with the
+    built-ins unverified, and dispatch serves an external kernel only once benchmarked."""
     runnable = [i for i in implementations(op, conn)
                 if not i.is_baseline and unrunnable_reason(i, device, caps) is None]
-    return sorted(runnable, key=lambda i: (-i.specialisation, i.name.endswith(".naive")))
+    return sorted(runnable, key=lambda i: (i.origin != "builtin", -i.specialisation,
+                                           i.name.endswith(".naive")))
 
 
 def _pending(conn: sqlite3.Connection, fingerprint: str, impls: list[Implementation],
