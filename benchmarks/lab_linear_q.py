@@ -100,6 +100,12 @@ def main() -> int:
                     help="variant of the x8-layout kernels (default: --impl; avx512vnni)")
     ap.add_argument("--kinds", default="q8_0,q4_0,q4_K,q6_K")
     args = ap.parse_args()
+    for kind in args.kinds.split(","):
+        if kind not in SHAPES:
+            ap.error(f"--kinds {args.kinds}: choose from {', '.join(SHAPES)}")
+    for impl in {args.impl, args.x8_impl or args.impl}:
+        if not list(SOURCES.glob(f"*.{impl}.c")):
+            ap.error(f"no C kernels of variant {impl!r} (e.g. avx2, naive, avx512vnni)")
     import torch
 
     from strata.hardware.microbench import MeasureConfig, measure_cpu_bandwidth

@@ -181,6 +181,8 @@ def main() -> None:
                     help="alternate the two backends in one process for ROUNDS rounds and "
                          "print the median per-round ratio (instead of strata bench)")
     args = ap.parse_args()
+    if args.paired < 0:
+        ap.error(f"--paired {args.paired}: a number of rounds (0: strata bench instead)")
     with tempfile.TemporaryDirectory(prefix="strata-labbench-") as tmp:
         home = Path(tmp)
         print(f"host: {os.cpu_count()} CPUs; threads {args.threads}; STRATA_HOME {home}")
