@@ -85,6 +85,30 @@ def local_ring(workers: int = 3) -> Iterator[Any]:
         assert not any(psutil.pid_exists(pid) for pid in ring.pids())
 
 
+def ring_drive(ring: Any, path: Path, world: int, prompt: list[int], n_predict: int,
+               ops: str = "lab") -> dict[str, Any]:
+    """Generate `n_predict` tokens of the GGUF at `path` on `world` stages (even split) of a
+    LocalRing with the `ops` backend; rank 0 drives, keeping every step's logits."""
+    from strata.models.gguf import read_spec
+    from strata.ring.runtime.assign import even_split
+    from strata.ring.runtime.local import free_port
+
+    n_layers = read_spec(path).n_layers
+    common = {"port": free_port(), "world": world, "epoch": 1, "timeout_s": 30.0,
+              "op_timeout_s": 30.0, "model": str(path), "ops": ops,
+              "assignments": [(a.rank, a.first, a.last) for a in even_split(n_layers, world)]}
+    for rank in range(1, world):
+        ring.send(rank, op="serve", rank=rank, **common)
+    ring.send(0, op="drive", **common, prompt=prompt, n_predict=n_predict, keep_logits=True)
+    answer = ring.answer(0)
+    ring.send(0, op="stop")
+    assert ring.answer(0)["ok"]
+    for rank in range(1, world):
+        assert ring.answer(rank) == {"ok": True, "stopped": True}
+    assert answer["ok"], answer
+    return dict(answer["result"])
+
+
 def verify_cases(op: str, seeds: int, external: bool = False) -> int:
     """Cases a passing verification runs, counted by hand from the op's spec: every verify
     shape at every seed, the serve shapes once (external kernels: what dispatch will call),

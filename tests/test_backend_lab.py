@@ -39,7 +39,7 @@ from strata.models.source import resolve
 from strata.quality.requant import requantize_gguf
 from tests.conftest import run_cli
 from tests.seed_host import seed_host
-from tests.test_gguf_torch import llama_cpp_logits, quiet_stderr
+from tests.test_gguf_torch import lab_greedy, llama_cpp_greedy, llama_cpp_logits
 from tests.test_quality import sharpen
 
 IDS = [1, 37, 290, 5, 77, 411, 98, 12, 300, 64, 129, 7, 255, 18, 333, 90]
@@ -127,32 +127,12 @@ def test_prefill_then_decode_equals_one_full_forward(files: dict[str, Path]) -> 
 
 def test_greedy_tokens_equal_llama_cpps_for_32_steps(files: dict[str, Path]) -> None:
     """32 greedy steps through the KV cache on both; the tokens, and every step's logits."""
-    from llama_cpp import Llama
-
     path, prompt, steps = files["synthetic-f32"], IDS[:4], 32
-    with quiet_stderr():
-        llm = Llama(model_path=str(path), n_ctx=64, type_k=0, type_v=0, n_threads=2,
-                    logits_all=True, verbose=False)
-        try:
-            want, want_logits = [], []
-            llm.eval(list(prompt))
-            for _ in range(steps):
-                want_logits.append(np.array(llm.scores[llm.n_tokens - 1]))
-                want.append(int(np.argmax(want_logits[-1])))
-                llm.eval([want[-1]])
-        finally:
-            llm.close()
-    model = strata.lab.load(path, "cpu", n_ctx=64)
-    got, got_logits = [], []
-    with torch.inference_mode():
-        logits = model.prefill(prompt)
-        for _ in range(steps):
-            got_logits.append(logits[-1].numpy())
-            got.append(int(got_logits[-1].argmax()))
-            logits = model.decode(got[-1])
+    want, want_logits = llama_cpp_greedy(path, prompt, steps)
+    got, got_logits = lab_greedy(path, prompt, steps)
     assert len(set(want)) >= 2  # random weights fall into a loop soon; it still moves
     assert got == want
-    np.testing.assert_allclose(np.array(got_logits), np.array(want_logits), rtol=0,
+    np.testing.assert_allclose(got_logits, want_logits, rtol=0,
                                atol=1e-4 * float(np.abs(want_logits).max()))
 
 

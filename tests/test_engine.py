@@ -231,19 +231,29 @@ def test_a_file_that_breaks_its_declaration_is_one_line(home: Path, toy: tuple,
         load(write_toy(tmp_path / "unknown.gguf", weights, name="nothere"), ops="torch")
 
 
-def test_an_op_the_lab_lacks_is_one_line_and_torch_runs_it(home: Path, tmp_path: Path
-                                                           ) -> None:
+def test_a_declared_gelu_mlp_runs_on_the_lab_as_on_torch(home: Path, tmp_path: Path) -> None:
+    """A plugin architecture declaring a GeGLU MLP gets the lab's gelu_mul (ggml's GELU) with
+    nothing else written: the same logits as the torch ops, and not a SwiGLU's."""
     folder = tmp_path / "archs"
     folder.mkdir()
     (folder / "toyg.py").write_text(TOY_FILE.format(mlp="geglu").replace('"toy"', '"toyg"'))
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv(arch.ARCH_PATH_ENV, str(folder))
         path = write_toy(tmp_path / "toyg.gguf", toy_weights(), name="toyg")
-        with pytest.raises(InputError, match="no lab op computes gelu"):
-            load(path, ops="lab")
-        ex = load(path, ops="torch")
-        ex.reset(8)
-        assert torch.isfinite(ex.forward(torch.tensor(IDS[:4]), 0)).all()
+        out = {}
+        for ops in ("lab", "torch"):
+            ex = load(path, ops=ops)
+            ex.reset(8)
+            with torch.inference_mode():
+                out[ops] = ex.forward(torch.tensor(IDS[:4]), 0)
+        assert "gelu_mul" in ex_ops(load(path, ops="lab"))
+    torch.testing.assert_close(out["lab"], out["torch"], rtol=0, atol=1e-4)
+    swiglu = reference_logits(toy_weights(), IDS[:4])  # the same weights through silu
+    assert float((out["torch"] - torch.from_numpy(swiglu)).abs().max()) > 1e-2
+
+
+def ex_ops(ex: object) -> set[str]:
+    return set(ex.ops.kernels.choices)  # type: ignore[attr-defined]
 
 
 def test_a_broken_architecture_file_is_one_line(tmp_path: Path) -> None:

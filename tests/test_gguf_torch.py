@@ -249,6 +249,42 @@ def llama_cpp_logits(path: Path, ids: list[int]) -> np.ndarray:
             llm.close()
 
 
+def llama_cpp_greedy(path: Path, prompt: list[int], steps: int
+                     ) -> tuple[list[int], np.ndarray]:
+    """`steps` greedy tokens of real llama.cpp after `prompt` (K/V cache in f32), and the
+    logits that chose each."""
+    from llama_cpp import Llama
+
+    with quiet_stderr():
+        llm = Llama(model_path=str(path), n_ctx=64, type_k=0, type_v=0, n_threads=2,
+                    logits_all=True, verbose=False)
+        try:
+            tokens, logits = [], []
+            llm.eval(list(prompt))
+            for _ in range(steps):
+                logits.append(np.array(llm.scores[llm.n_tokens - 1]))
+                tokens.append(int(np.argmax(logits[-1])))
+                llm.eval([tokens[-1]])
+        finally:
+            llm.close()
+    return tokens, np.array(logits)
+
+
+def lab_greedy(path: Path, prompt: list[int], steps: int) -> tuple[list[int], np.ndarray]:
+    """The same on `-B lab`'s model: prefill, then `steps` decode steps."""
+    import strata.lab
+
+    model = strata.lab.load(path, "cpu", n_ctx=64)
+    tokens, logits = [], []
+    with torch.inference_mode():
+        out = model.prefill(prompt)
+        for _ in range(steps):
+            logits.append(out[-1].numpy())
+            tokens.append(int(logits[-1].argmax()))
+            out = model.decode(tokens[-1])
+    return tokens, np.array(logits)
+
+
 def transformers_logits(written: Written, ids: list[int], tied: bool) -> np.ndarray:
     """transformers' Llama from the original weights: no GGUF, no strata code."""
     s = written.shape

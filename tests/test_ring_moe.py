@@ -34,10 +34,9 @@ pytest.importorskip("llama_cpp")
 
 from strata.engine import moe  # noqa: E402
 from strata.models.gguf import read_spec  # noqa: E402
-from strata.ring.runtime.assign import even_split  # noqa: E402
-from strata.ring.runtime.local import LocalRing, free_port  # noqa: E402
+from strata.ring.runtime.local import LocalRing  # noqa: E402
 from strata.ring.runtime.stage import Stage, stage_bytes  # noqa: E402
-from tests.conftest import local_ring  # noqa: E402
+from tests.conftest import local_ring, ring_drive  # noqa: E402
 from tests.test_gguf_torch import quiet_stderr  # noqa: E402
 
 PROMPT = [1, 17, 300, 42, 7, 511, 100, 3]
@@ -133,23 +132,6 @@ def models(ring: LocalRing, tmp_path_factory: pytest.TempPathFactory
             os.environ["STRATA_HOME"] = old
 
 
-def _ring_generate(ring: LocalRing, path: Path, world: int) -> dict[str, Any]:
-    n_layers = read_spec(path).n_layers
-    common = {"port": free_port(), "world": world, "epoch": 1, "timeout_s": 30.0,
-              "op_timeout_s": 30.0, "model": str(path),
-              "assignments": [(a.rank, a.first, a.last) for a in even_split(n_layers, world)]}
-    for rank in range(1, world):
-        ring.send(rank, op="serve", rank=rank, **common)
-    ring.send(0, op="drive", **common, prompt=PROMPT, n_predict=DECODE + 1, keep_logits=True)
-    answer = ring.answer(0)
-    ring.send(0, op="stop")
-    assert ring.answer(0)["ok"]
-    for rank in range(1, world):
-        assert ring.answer(rank) == {"ok": True, "stopped": True}
-    assert answer["ok"], answer
-    return dict(answer["result"])
-
-
 # -- tests ----------------------------------------------------------------------------------------
 
 
@@ -171,7 +153,7 @@ def test_a_moe_stage_holds_every_expert_of_its_layers(models: dict[str, dict[str
 def test_moe_ring_matches_llama_cpp(ring: LocalRing, models: dict[str, dict[str, Any]],
                                     preset: str, world: int) -> None:
     ref = models[preset]
-    res = _ring_generate(ring, ref["path"], world)
+    res = ring_drive(ring, ref["path"], world, PROMPT, DECODE + 1)
     single = one_stage(ref["path"], PROMPT, res["tokens"])
     ring_steps = np.stack(res["step_logits"])
 

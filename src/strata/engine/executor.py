@@ -12,7 +12,11 @@ prefill chunking and the bound decode step); a ring stage is one over its layers
 ops its member chose (strata.ring.runtime.stage).
 
 Layouts: activations [T, hidden] float32; the cache of a local layer is k, v [Hkv, C, D],
-filled up to the position after the last forward.
+filled up to the position after the last forward. A sliding-window layer (gemma3's local
+layers) holds only what its queries can still see: window - 1 + `chunk` rows, row r being
+position `Cache.base` + r; when a forward would write past the end, the last window - 1 rows
+move to the front (amortised: one row copied per position written). A forward of more than
+`chunk` positions runs in chunks of `chunk`, so the rows always fit.
 """
 
 from __future__ import annotations
@@ -27,12 +31,52 @@ from strata.engine.ops import Ops
 from strata.engine.rope import Rope
 from strata.engine.weights import ModelWeights, Stored
 
+CHUNK = 512  # positions one forward step writes at most (llama.cpp's default n_ubatch)
+
 
 @dataclass
 class Cache:
-    k: list[torch.Tensor]  # per local layer [Hkv, C, D]
+    k: list[torch.Tensor]  # per local layer [Hkv, C, D] (a windowed layer: fewer rows)
     v: list[torch.Tensor]
-    capacity: int
+    capacity: int  # positions
+    window: int = 0  # > 0: the windowed layers see their last `window` positions only
+    windowed: list[bool] = field(default_factory=list)  # per local layer
+    base: int = 0  # the position a windowed layer's row 0 holds
+
+    @classmethod
+    def allocate(cls, shape: tuple[int, int, int], windowed: list[bool], window: int,
+                 chunk: int, device: torch.device) -> Cache:
+        hkv, capacity, d = shape
+        short = min(capacity, window - 1 + chunk) if window > 0 else capacity
+        rows = [short if w else capacity for w in windowed]
+        return cls([torch.zeros((hkv, r, d), device=device) for r in rows],
+                   [torch.zeros((hkv, r, d), device=device) for r in rows],
+                   capacity, window if any(windowed) else 0, list(windowed))
+
+    @staticmethod
+    def rows(capacity: int, window: int, chunk: int = CHUNK) -> int:
+        """Rows a windowed layer holds for a `capacity`-position cache (what fit counts)."""
+        return min(capacity, window - 1 + chunk) if window > 0 else capacity
+
+    def slide(self, pos: int, t: int) -> None:
+        """Make the windowed layers' rows hold positions pos - window + 1 .. pos + t - 1
+        (everything queries at pos .. pos + t - 1 see), moving the rows still seen to the
+        front when the new ones would not fit."""
+        if not self.window:
+            return
+        keep_from = max(0, pos - self.window + 1)
+        if keep_from < self.base:
+            raise ValueError(f"position {pos}: the sliding-window cache no longer holds "
+                             f"position {keep_from}; reset() to start again")
+        rows = next(k.shape[1] for k, w in zip(self.k, self.windowed, strict=True) if w)
+        if pos + t - self.base <= rows:
+            return
+        n, src = pos - keep_from, keep_from - self.base
+        for k, v, w in zip(self.k, self.v, self.windowed, strict=True):
+            if w:
+                k[:, :n] = k[:, src:src + n].clone()
+                v[:, :n] = v[:, src:src + n].clone()
+        self.base = keep_from
 
 
 @dataclass
@@ -43,8 +87,11 @@ class Executor:
     held: dict[str, Any] = field(default_factory=dict)  # name -> the weight as ops hold it
     cache: Cache | None = None
     rope: Rope | None = None
+    rope_windowed: Rope | None = None  # the windowed layers' tables (their own RoPE base)
     pos: int = 0  # positions the cache holds
+    chunk: int = CHUNK  # positions a forward step writes at most (longer forwards split)
     _pos_t: torch.Tensor = field(default_factory=lambda: torch.zeros(1, dtype=torch.int64))
+    _row_t: torch.Tensor = field(default_factory=lambda: torch.zeros(1, dtype=torch.int64))
     net: graph.Net = field(init=False)
 
     def __post_init__(self) -> None:
@@ -82,6 +129,16 @@ class Executor:
         return self.last == self.weights.spec.n_layers
 
     @property
+    def window(self) -> int:
+        """The file's sliding window where the architecture has windowed layers, else 0."""
+        a = self.weights.arch
+        return int(self.weights.config.get("sliding_window") or 0) \
+            if a.swa_pattern is not None else 0
+
+    def windowed(self, layer: int) -> bool:
+        return self.weights.arch.windowed(layer, self.window)
+
+    @property
     def vocab(self) -> int:
         return int(self.weights.config["vocab_size"])
 
@@ -98,19 +155,23 @@ class Executor:
         capacity 0 frees it."""
         s = self.weights.spec
         if capacity <= 0:
-            self.cache, self.rope, self.pos = None, None, 0
+            self.cache, self.rope, self.rope_windowed, self.pos = None, None, None, 0
             return
         if self.cache is None or self.cache.capacity < capacity:
-            shape = (s.n_kv_heads, capacity, s.head_dim)
-            n = self.last - self.first
-            self.cache = Cache([torch.zeros(shape, device=self.device) for _ in range(n)],
-                               [torch.zeros(shape, device=self.device) for _ in range(n)],
-                               capacity)
-            self.rope = Rope.build(s.head_dim, self.weights.config, self.weights.rope_freqs,
-                                   capacity, self.device)
+            windowed = [self.windowed(i) for i in range(self.first, self.last)]
+            self.cache = Cache.allocate((s.n_kv_heads, capacity, s.head_dim), windowed,
+                                        self.window, self.chunk, self.device)
+            config = self.weights.config
+            self.rope = Rope.build(s.head_dim, config, self.weights.rope_freqs, capacity,
+                                   self.device)
+            base = self.weights.arch.swa_rope_base
+            self.rope_windowed = self.rope if base is None else Rope.build(
+                s.head_dim, {**config, "rope_theta": base, "rope_scaling": None}, None,
+                capacity, self.device)  # llama.cpp: no scaling on the windowed layers
             self._pos_t = torch.zeros(1, dtype=torch.int64, device=self.device)
+            self._row_t = torch.zeros(1, dtype=torch.int64, device=self.device)
             self._on_new_cache()
-        self.pos = 0
+        self.pos, self.cache.base = 0, 0
 
     def _on_new_cache(self) -> None:
         """Subclasses drop what they bound to the old cache."""
@@ -124,23 +185,45 @@ class Executor:
         x: int64 token ids [T] on the first range, float32 activations [T, hidden] otherwise.
         Returns activations [T, hidden] on a range that is not the last; on the last, the
         float32 logits of rows [logits_from, T) — None when `logits_from` is None."""
-        cache, rope = self.cache, self.rope
-        if cache is None or rope is None:
+        cache, rope, local_rope = self.cache, self.rope, self.rope_windowed
+        if cache is None or rope is None or local_rope is None:
             raise RuntimeError("reset(capacity) before forward")
         t = x.shape[0]
         if pos < 0 or pos + t > cache.capacity:
             raise ValueError(f"positions {pos}..{pos + t} exceed the cache's "
                              f"{cache.capacity}")
+        if cache.window and t > self.chunk:  # the windowed rows hold `chunk` new positions
+            return self._in_chunks(x, pos, logits_from)
         h = graph.embed(self.net, x.to(self.device)) if self.is_first else \
             x.to(self.device, torch.float32).contiguous()
+        cache.slide(pos, t)
         self._pos_t.fill_(pos)
-        cos, sin = rope.cos[pos:pos + t], rope.sin[pos:pos + t]
+        self._row_t.fill_(pos - cache.base)
         for local, i in enumerate(range(self.first, self.last)):
-            kv = graph.KV(cache.k[local], cache.v[local], pos, self._pos_t)
-            h = graph.layer(self.net, i, h, cos, sin, kv)
+            if cache.windowed[local]:
+                kv = graph.KV(cache.k[local], cache.v[local], pos - cache.base, self._row_t,
+                              cache.window)
+                table = local_rope
+            else:
+                kv, table = graph.KV(cache.k[local], cache.v[local], pos, self._pos_t), rope
+            h = graph.layer(self.net, i, h, table.cos[pos:pos + t], table.sin[pos:pos + t], kv)
         self.pos = pos + t
         if not self.is_last:
             return h
         if logits_from is None:
             return None
         return graph.head(self.net, h[logits_from:].contiguous())
+
+    def _in_chunks(self, x: torch.Tensor, pos: int, logits_from: int | None
+                   ) -> torch.Tensor | None:
+        outs = []
+        for start in range(0, x.shape[0], self.chunk):
+            part = x[start:start + self.chunk]
+            first = None if logits_from is None else max(0, logits_from - start)
+            out = self.forward(part, pos + start,
+                               first if first is None or first < part.shape[0] else None)
+            if out is not None:
+                outs.append(out)
+        if not outs:
+            return None
+        return torch.cat(outs)

@@ -9,6 +9,8 @@ no cache) both call them, so a fix or a new variant lands once.
 Shapes: activations [..., T, C] (T tokens, optional leading batch dims). A layer's attention
 either extends a KV cache (`KV`: the layer's k, v [Hkv, C, D] filled up to pos + T, queries at
 positions [pos, pos + T)) or, without one, is causal over the layer's own T keys (training).
+A windowed layer's cache (`KV.window` > 0) holds the last positions only: its row r is
+position base + r, `pos` is a row, and each query sees the `window` rows up to its own.
 """
 
 from __future__ import annotations
@@ -67,8 +69,9 @@ class KV:
 
     k: torch.Tensor  # [Hkv, C, D]
     v: torch.Tensor
-    pos: int
-    pos_t: torch.Tensor  # the same position as an int64 tensor (what lab kernels read)
+    pos: int  # the cache row of the first query
+    pos_t: torch.Tensor  # the same row as an int64 tensor (what lab kernels read)
+    window: int = 0  # > 0: each query attends to its last `window` positions only
 
 
 def embed(net: Net, ids: torch.Tensor) -> torch.Tensor:
@@ -80,9 +83,11 @@ def embed(net: Net, ids: torch.Tensor) -> torch.Tensor:
 def layer(net: Net, i: int, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
           kv: KV | None) -> torch.Tensor:
     """Layer `i` on x [..., T, C]; cos/sin [T, D/2] the rows of x's positions."""
-    x = x + attention(net, i, norm(net, x, net.w(i, "attn_norm")), cos, sin, kv)
+    a = attention(net, i, norm(net, x, net.w(i, "attn_norm")), cos, sin, kv)
+    x = x + post_norm(net, i, "attn_post_norm", a)
     h = norm(net, x, net.w(i, "ffn_norm"))
-    return x + (experts(net, i, h) if net.moe else mlp(net, i, h))
+    return x + post_norm(net, i, "ffn_post_norm", experts(net, i, h) if net.moe
+                         else mlp(net, i, h))
 
 
 def head(net: Net, x: torch.Tensor) -> torch.Tensor:
@@ -93,6 +98,12 @@ def head(net: Net, x: torch.Tensor) -> torch.Tensor:
 
 def norm(net: Net, x: torch.Tensor, w: Any) -> torch.Tensor:
     return net.ops.rmsnorm(x, w, net.eps)
+
+
+def post_norm(net: Net, i: int, role: str, x: torch.Tensor) -> torch.Tensor:
+    """Gemma's norm of a branch's output before the residual add, where declared."""
+    w = net.opt(i, role)
+    return x if w is None else norm(net, x, w)
 
 
 def proj(net: Net, i: int, role: str, h: torch.Tensor) -> torch.Tensor:
@@ -118,12 +129,13 @@ def attention(net: Net, i: int, h: torch.Tensor, cos: torch.Tensor, sin: torch.T
     v = proj(net, i, "v", h).view(*lead, t, s.n_kv_heads, d)
     q, k = net.ops.rope(q, cos, sin), net.ops.rope(k, cos, sin)
     if kv is None:  # causal over these T keys alone: [..., Hkv, T, D]
-        keys, values, pos, pos_t = k.transpose(-3, -2), v.transpose(-3, -2), 0, None
+        keys, values, pos, pos_t, window = k.transpose(-3, -2), v.transpose(-3, -2), 0, None, 0
     else:
         kv.k[:, kv.pos:kv.pos + t].copy_(k.transpose(0, 1))
         kv.v[:, kv.pos:kv.pos + t].copy_(v.transpose(0, 1))
-        keys, values, pos, pos_t = kv.k, kv.v, kv.pos, kv.pos_t
-    o = net.ops.attention(q.transpose(-3, -2), keys, values, pos, pos_t, 1.0 / math.sqrt(d))
+        keys, values, pos, pos_t, window = kv.k, kv.v, kv.pos, kv.pos_t, kv.window
+    o = net.ops.attention(q.transpose(-3, -2), keys, values, pos, pos_t, 1.0 / math.sqrt(d),
+                          window)
     return net.ops.linear(o.transpose(-3, -2).reshape(*lead, t, s.n_heads * d),
                           net.w(i, "o"))
 

@@ -19,10 +19,15 @@ from strata.engine.weights import ModelWeights, Stored
 from strata.errors import InputError
 from strata.kernels.dispatch import KERNEL
 from strata.lab.kernels import Kernels
-from strata.lab.plan import LAYER_OPS, LINEAR_OPS, REPACKED, X8_OPS, linear_op
-
-# activation of a gated MLP -> the lab op that computes act(gate) * up
-GLU_OPS = {"silu": "silu_mul"}
+from strata.lab.plan import (
+    GLU_OPS,
+    LINEAR_OPS,
+    REPACKED,
+    WINDOW_OP,
+    X8_OPS,
+    layer_ops,
+    linear_op,
+)
 
 
 def lab_ops_for(weights: ModelWeights) -> list[str]:
@@ -35,11 +40,9 @@ def lab_ops_for(weights: ModelWeights) -> list[str]:
         raise InputError(f"ops lab: no lab op multiplies {', '.join(unread)} weights yet "
                          f"({first} is {unread[0]}; strata fit MODEL -B lab lists what is "
                          "missing); use the torch ops (dequantised) or --backend llamacpp")
-    act = weights.arch.activation
-    if act not in GLU_OPS:
-        raise InputError(f"ops lab: no lab op computes {act}(gate)·up yet ({weights.arch.name}"
-                         "'s MLP); use the torch ops")
-    layer = [op for op in LAYER_OPS if op != "silu_mul"] + [GLU_OPS[act]]
+    windowed = any(weights.arch.windowed(i, int(weights.config.get("sliding_window") or 0))
+                   for i in range(weights.first, weights.last))
+    layer = layer_ops(weights.arch.name, windowed)
     x8 = [X8_OPS[REPACKED[k]] for k in kinds if k in REPACKED]  # used where they pay
     return [*layer, *(LINEAR_OPS[k] for k in kinds), *x8]
 
@@ -132,10 +135,13 @@ class LabOps:
         return out
 
     def attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: int,
-                  pos_t: torch.Tensor, scale: float) -> torch.Tensor:
+                  pos_t: torch.Tensor, scale: float, window: int = 0) -> torch.Tensor:
         q = q.contiguous()
         out = torch.empty_like(q)
-        self.kernels.call("attention_cached", out, q, k, v, pos_t, scale=scale)
+        if window > 0:
+            self.kernels.call(WINDOW_OP, out, q, k, v, pos_t, scale=scale, window=float(window))
+        else:
+            self.kernels.call("attention_cached", out, q, k, v, pos_t, scale=scale)
         return out
 
     def glu(self, activation: str, gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:

@@ -73,19 +73,32 @@ class TorchOps:
         return torch.cat((x1 * c - x2 * s, x2 * c + x1 * s), dim=-1)
 
     def attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: int,
-                  pos_t: torch.Tensor | None, scale: float) -> torch.Tensor:
+                  pos_t: torch.Tensor | None, scale: float, window: int = 0) -> torch.Tensor:
         end = pos + q.shape[-2]
         rep = q.shape[-3] // k.shape[-3]  # GQA: consecutive query heads share a KV head
         keys = k[..., :end, :].repeat_interleave(rep, dim=-3)
         values = v[..., :end, :].repeat_interleave(rep, dim=-3)
         # query i sits at position pos + i and sees keys 0..pos + i (causal at any depth)
-        mask = torch.arange(end, device=q.device)[None, :] <= \
-            torch.arange(pos, end, device=q.device)[:, None]
+        keys_at = torch.arange(end, device=q.device)[None, :]
+        query_at = torch.arange(pos, end, device=q.device)[:, None]
+        mask = keys_at <= query_at
+        if window > 0:  # and the last `window` positions only (llama.cpp's standard SWA)
+            mask &= keys_at > query_at - window
         return F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=scale)
 
     def glu(self, activation: str, gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
         return _ACTIVATIONS[activation](gate) * up
 
 
+def _ggml_gelu(x: torch.Tensor) -> torch.Tensor:
+    from strata.kernels.ops.gelu_mul import ggml_gelu
+
+    return ggml_gelu(x)
+
+
+# GELU as llama.cpp's CPU backend computes it (input and result rounded to fp16: the
+# gelu_mul op's docstring): transformers' exact tanh GELU differs from it by up to 2^-11
+# relative per activation, which moves logits by ~5e-4 of their scale — the difference
+# between the two references, not an error of either
 _ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
-    "silu": F.silu, "gelu": lambda x: F.gelu(x, approximate="tanh")}
+    "silu": F.silu, "gelu": _ggml_gelu}

@@ -25,7 +25,7 @@ from strata.errors import InputError
 from strata.models import arch as arch_registry
 from strata.models.arch.spec import ROPE_FREQS, Arch
 from strata.models.gguf import Shard, scan_or_input_error, shards, spec_from_layout
-from strata.models.gguf_torch import ArchRule, llama_config, unpermute_rows
+from strata.models.gguf_torch import llama_config, rule_of, unpermute_rows
 from strata.models.spec import OUTPUT, TOKEN_EMBD, ModelSpec, TensorInfo
 
 OUTPUT_NORM = "output_norm.weight"
@@ -109,11 +109,6 @@ def range_bytes(spec: ModelSpec, first: int, last: int, as_float: bool = False) 
 # -- reading --------------------------------------------------------------------------------
 
 
-def rule_of(a: Arch) -> ArchRule:
-    """The transformers-side rule of an architecture (its config's model_type)."""
-    return ArchRule(a.model_type or a.name, a.permuted_qk, dict(a.transformers_extra))
-
-
 def read_range(path: Path, first: int | None, last: int | None, device: torch.device,
                where: str = "strata's engine", check: Callable[[ModelSpec], None] | None = None
                ) -> ModelWeights:
@@ -152,7 +147,17 @@ def read_range(path: Path, first: int | None, last: int | None, device: torch.de
     out.config = llama_config(path, spec, layout.kv, rule_of(arch), vocab, biases)
     out.config["expert_weights_norm"] = bool(
         layout.kv.get(f"{spec.arch}.expert_weights_norm", True))
+    out.config["sliding_window"] = sliding_window(path, layout.kv, spec.arch)
     return out
+
+
+def sliding_window(path: Path, kv: dict[str, Any], arch: str) -> int:
+    """{arch}.attention.sliding_window: positions a windowed layer sees (0: none set)."""
+    value = kv.get(f"{arch}.attention.sliding_window", 0)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InputError(f"MODEL {path}: {arch}.attention.sliding_window = {value!r} is not "
+                         "a number of positions")
+    return value
 
 
 def _check_layers(path: Path, spec: ModelSpec, arch: Arch, first: int, last: int) -> None:

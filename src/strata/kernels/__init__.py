@@ -43,10 +43,11 @@ class Choice:
 
         check_params(self.spec, params)
         merged = {**self.spec.params, **params}
-        missing = [k for k in param_names(self.spec) if merged.get(k) is None]
+        names = param_names(self.spec)
+        missing = [k for k in names if merged.get(k) is None]
         if missing:
             raise InputError(f"{self.spec.name}: pass {', '.join(missing)}=")
-        return merged
+        return {k: merged[k] for k in names}  # the ABI's order, whatever the caller's
 
     @property
     def confined(self) -> bool:

@@ -10,6 +10,12 @@ the cache and the residual adds as the only torch work between them.
 With T = 1 the [T, H, D] rows the projections produce are already the [H, T, D] layout
 attention takes, and its [H, T, D] output is the [T, H·D] row the output projection reads:
 no transposing copies.
+
+The declared variants bind too: per-head q/k norms (qwen3, gemma3: rmsnorm over the [H, D]
+rows), Gemma's post-attention and post-MLP norms, the MLP's gate op (silu_mul or gelu_mul),
+the embedding scale (glue: one multiply) and sliding-window layers (attention_window over
+their short cache, their own RoPE rows, their K/V written at the cache's row of the position).
+Mixture-of-experts layers decode through the executor's forward pass.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from strata.hardware.devices import sync
-from strata.lab.plan import linear_op
+from strata.lab.plan import GLU_OPS, WINDOW_OP, linear_op
 
 if TYPE_CHECKING:
     from strata.lab.model import LabModel
@@ -47,6 +53,11 @@ class Buffers:
     act: torch.Tensor
     cos: torch.Tensor  # [1, D/2] this position's rope row
     sin: torch.Tensor
+    cos_w: torch.Tensor  # the windowed layers' rope row (their own base)
+    sin_w: torch.Tensor
+    qn: torch.Tensor  # [H, D] q after its per-head norm
+    kn: torch.Tensor  # [Hkv, D]
+    post: torch.Tensor  # [1, hidden] a branch's output after its post-norm
     logits: torch.Tensor  # [1, vocab]
 
     @classmethod
@@ -61,7 +72,9 @@ class Buffers:
                    k=z(1, s.n_kv_heads * d), v=z(1, s.n_kv_heads * d),
                    qr=z(1, s.n_heads, d), kr=z(1, s.n_kv_heads, d), o=z(s.n_heads, 1, d),
                    proj=z(1, s.hidden), gate=z(1, s.ffn), up=z(1, s.ffn), act=z(1, s.ffn),
-                   cos=z(1, d // 2), sin=z(1, d // 2), logits=z(1, m.vocab))
+                   cos=z(1, d // 2), sin=z(1, d // 2), cos_w=z(1, d // 2), sin_w=z(1, d // 2),
+                   qn=z(s.n_heads, d), kn=z(s.n_kv_heads, d), post=z(1, s.hidden),
+                   logits=z(1, m.vocab))
 
 
 @dataclass
@@ -70,9 +83,12 @@ class LayerCalls:
 
     qkv: list[Call]  # attn_norm, q, k, v projections
     biases: tuple[torch.Tensor | None, ...]  # qwen2's q/k/v biases (glue adds)
-    rope: list[Call]  # q, k
+    rope: list[Call]  # q/k head norms where declared, then the rotation of q and k
     attend: list[Call]  # attention over the cache (after the K/V write), output projection
-    mlp: list[Call]  # ffn_norm, gate, up, silu_mul, down
+    mlp: list[Call]  # ffn_norm, gate, up, the gate op, down
+    post_attn: list[Call]  # Gemma's post-norms (the residual adds `post`), else empty
+    post_mlp: list[Call]
+    windowed: bool  # a sliding-window layer
 
 
 @dataclass
@@ -84,11 +100,9 @@ class DecodeStep:
 
     @staticmethod
     def fits(m: LabModel) -> bool:
-        """Is every layer the plain dense one bound here (no q/k norms, experts, other
-        activations or embedding scale)? Other layers decode through the forward pass."""
-        a = m.weights.arch
-        return not (m.weights.moe or a.has("q_norm") or a.has("k_norm")
-                    or a.activation != "silu" or a.embed_scale != "none")
+        """Is every layer one bound here (dense: no routed experts)? Mixture-of-experts
+        layers decode through the forward pass."""
+        return not m.weights.moe
 
     @classmethod
     def build(cls, m: LabModel) -> DecodeStep:
@@ -111,42 +125,61 @@ class DecodeStep:
         return self._bind(linear_op(w.kind), out, x, w.data)
 
     def _layer(self, i: int) -> LayerCalls:
-        m, b, t = self.model, self.buf, self.model.weights.tensors
-        s, cache, p = m.weights.spec, m.cache, f"blk.{i}."
+        m, b, net = self.model, self.buf, self.model.net
+        s, cache, local = m.weights.spec, m.cache, i - m.first
         assert cache is not None
-        d = s.head_dim
-        bias = tuple(t[p + f"attn_{n}.bias"].data if p + f"attn_{n}.bias" in t else None
-                     for n in "qkv")
+        d, h, hkv = s.head_dim, s.n_heads, s.n_kv_heads
+        windowed = cache.windowed[local]
+        cos, sin = (b.cos_w, b.sin_w) if windowed else (b.cos, b.sin)
+        q, k = b.q.view(1, h, d), b.k.view(1, hkv, d)
+        rope = []
+        for role, src, out in (("q_norm", q, b.qn), ("k_norm", k, b.kn)):
+            if net.opt(i, role) is not None:  # the heads' norm, then rope reads it
+                rope.append(self._bind("rmsnorm", out, src.view(-1, d), net.w(i, role),
+                                       eps=self._eps))
+        qs = b.qn.view(1, h, d) if rope else q
+        ks = b.kn.view(1, hkv, d) if len(rope) == 2 else k
+        rope += [self._bind("rope", b.qr, qs, cos, sin), self._bind("rope", b.kr, ks, cos, sin)]
+        scale = {"scale": 1.0 / math.sqrt(d)}
+        attend = self._bind(WINDOW_OP, b.o, b.qr.view(h, 1, d), cache.k[local], cache.v[local],
+                            m._row_t, **scale, window=float(cache.window)) if windowed else \
+            self._bind("attention_cached", b.o, b.qr.view(h, 1, d), cache.k[local],
+                       cache.v[local], m._pos_t, **scale)
         return LayerCalls(
-            qkv=[self._bind("rmsnorm", b.h, b.x, t[p + "attn_norm.weight"].data,
-                            eps=self._eps),
-                 self._linear(b.q, b.h, t[p + "attn_q.weight"]),
-                 self._linear(b.k, b.h, t[p + "attn_k.weight"]),
-                 self._linear(b.v, b.h, t[p + "attn_v.weight"])],
-            biases=bias,
-            rope=[self._bind("rope", b.qr, b.q.view(1, s.n_heads, d), b.cos, b.sin),
-                  self._bind("rope", b.kr, b.k.view(1, s.n_kv_heads, d), b.cos, b.sin)],
-            attend=[self._bind("attention_cached", b.o, b.qr.view(s.n_heads, 1, d),
-                               cache.k[i], cache.v[i], m._pos_t, scale=1.0 / math.sqrt(d)),
-                    self._linear(b.proj, b.o.view(1, s.n_heads * d),
-                                 t[p + "attn_output.weight"])],
-            mlp=[self._bind("rmsnorm", b.h, b.x, t[p + "ffn_norm.weight"].data,
-                            eps=self._eps),
-                 self._linear(b.gate, b.h, t[p + "ffn_gate.weight"]),
-                 self._linear(b.up, b.h, t[p + "ffn_up.weight"]),
-                 self._bind("silu_mul", b.act, b.gate, b.up),
-                 self._linear(b.proj, b.act, t[p + "ffn_down.weight"])])
+            qkv=[self._bind("rmsnorm", b.h, b.x, net.w(i, "attn_norm"), eps=self._eps),
+                 self._linear(b.q, b.h, net.w(i, "q")), self._linear(b.k, b.h, net.w(i, "k")),
+                 self._linear(b.v, b.h, net.w(i, "v"))],
+            biases=tuple(net.opt(i, f"{n}_bias") for n in "qkv"),
+            rope=rope,
+            attend=[attend, self._linear(b.proj, b.o.view(1, h * d), net.w(i, "o"))],
+            mlp=[self._bind("rmsnorm", b.h, b.x, net.w(i, "ffn_norm"), eps=self._eps),
+                 self._linear(b.gate, b.h, net.w(i, "gate")),
+                 self._linear(b.up, b.h, net.w(i, "up")),
+                 self._bind(GLU_OPS[m.weights.arch.activation], b.act, b.gate, b.up),
+                 self._linear(b.proj, b.act, net.w(i, "down"))],
+            post_attn=self._post(i, "attn_post_norm"), post_mlp=self._post(i, "ffn_post_norm"),
+            windowed=windowed)
+
+    def _post(self, i: int, role: str) -> list[Call]:
+        w = self.model.net.opt(i, role)
+        b = self.buf
+        return [] if w is None else [self._bind("rmsnorm", b.post, b.proj, w, eps=self._eps)]
 
     # -- one token ------------------------------------------------------------------------
 
     def __call__(self, token: int) -> torch.Tensor:
-        m, b = self.model, self.buf
-        assert m.cache is not None and m.rope is not None
+        m, b, cache = self.model, self.buf, self.model.cache
+        assert cache is not None and m.rope is not None and m.rope_windowed is not None
         pos, d = m.pos, m.weights.spec.head_dim
-        b.x.copy_(m._embed_ids([token]))
+        b.x.copy_(m._embed_ids([token]))  # the embedding scale included (graph.embed)
+        cache.slide(pos, 1)
+        row = pos - cache.base  # a windowed layer's row of this position
         m._pos_t.fill_(pos)
+        m._row_t.fill_(row)
         b.cos.copy_(m.rope.cos[pos:pos + 1])
         b.sin.copy_(m.rope.sin[pos:pos + 1])
+        b.cos_w.copy_(m.rope_windowed.cos[pos:pos + 1])
+        b.sin_w.copy_(m.rope_windowed.sin[pos:pos + 1])
         run = self._timed if m.kernels.profile else _run
         for i, layer in enumerate(self.layers):
             run(layer.qkv)
@@ -154,12 +187,15 @@ class DecodeStep:
                 if bias is not None:
                     out.add_(bias)
             run(layer.rope)
-            m.cache.k[i][:, pos].copy_(b.kr[0])
-            m.cache.v[i][:, pos].copy_(b.v.view(-1, d))
+            at = row if layer.windowed else pos
+            cache.k[i][:, at].copy_(b.kr[0])
+            cache.v[i][:, at].copy_(b.v.view(-1, d))
             run(layer.attend)
-            b.x.add_(b.proj)
+            run(layer.post_attn)
+            b.x.add_(b.post if layer.post_attn else b.proj)
             run(layer.mlp)
-            b.x.add_(b.proj)
+            run(layer.post_mlp)
+            b.x.add_(b.post if layer.post_mlp else b.proj)
         run(self.head)
         m.pos += 1
         return b.logits.clone()

@@ -40,8 +40,22 @@ def linear_op(kind: str) -> str:
     """The lab op multiplying by a weight held as `kind` (a file type or an x8 layout)."""
     return X8_OPS.get(kind) or LINEAR_OPS[kind]
 
-# the ops every layer runs whatever the weights' types
+# the ops every layer runs whatever the weights' types (a Llama's; layer_ops: any arch's)
 LAYER_OPS = ("rmsnorm", "rope", "attention_cached", "silu_mul")
+# activation of a gated MLP -> the lab op that computes act(gate) * up
+GLU_OPS = {"silu": "silu_mul", "gelu": "gelu_mul"}
+WINDOW_OP = "attention_window"  # the sliding-window layers' attention
+
+
+def layer_ops(arch: str | None = None, windowed: bool = False) -> list[str]:
+    """The ops every layer of architecture `arch` runs (a Llama's when it is not declared):
+    its MLP's gate op, and the sliding-window attention where some layers are windowed."""
+    from strata.models import arch as registry
+
+    a = registry.find(arch)
+    glu = GLU_OPS.get(a.activation, "silu_mul") if a is not None else "silu_mul"
+    out = [op if op != "silu_mul" else glu for op in LAYER_OPS]
+    return [*out, WINDOW_OP] if windowed else out
 # storage types of 1-D tensors (norms, biases) the loader widens to float32 itself
 VECTOR_TYPES = ("F32", "F16")
 
@@ -56,12 +70,13 @@ ONCE = "runs here once these kernels exist"
 VERIFY_HINT = "-B lab verifies the built-ins on first use, or: strata kernels verify OP"
 
 
-def ops_for(types: Iterable[str]) -> tuple[list[str], list[str]]:
-    """(lab ops a model whose 2-D weights have these storage types runs, the storage types
-    no lab op reads), in a stable order."""
+def ops_for(types: Iterable[str], layer: Iterable[str] = LAYER_OPS
+            ) -> tuple[list[str], list[str]]:
+    """(lab ops a model whose 2-D weights have these storage types runs — `layer`'s ops,
+    a Llama's by default — the storage types no lab op reads), in a stable order."""
     kinds = sorted(set(types))
     linear = [LINEAR_OPS[k] for k in kinds if k in LINEAR_OPS]
-    return [*LAYER_OPS, *linear], [k for k in kinds if k not in LINEAR_OPS]
+    return [*layer, *linear], [k for k in kinds if k not in LINEAR_OPS]
 
 
 def matrix_types(spec: ModelSpec) -> list[str]:
@@ -191,7 +206,9 @@ def coverage(spec_or_types: ModelSpec | Iterable[str], device: str,
     cuda:0, rocm:0) of `host`, by the verdicts stored for it."""
     is_spec = isinstance(spec_or_types, ModelSpec)
     types = matrix_types(spec_or_types) if is_spec else list(spec_or_types)
-    ops, unread = ops_for(types)
+    layer = layer_ops(spec_or_types.arch, spec_or_types.windowed_layers() > 0) if is_spec \
+        else LAYER_OPS
+    ops, unread = ops_for(types, layer)
     cov = Coverage(device, [], unread, _blockers(spec_or_types) if is_spec else [])
     for op in ops:
         plan, notes = plan_op(op, device, host)

@@ -450,6 +450,7 @@ def spec_from_layout(path: Path, layout: Layout,
         tied_embeddings=not any(t.name == OUTPUT for t in tensors),
         tensors=tensors, source="gguf", notes=notes, **_moe(meta, tensors, ffn),
         file_type=_file_type(kv.get("general.file_type")),
+        sliding_window=meta.count("attention.sliding_window", 0),
     )
 
 

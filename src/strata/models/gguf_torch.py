@@ -35,28 +35,9 @@ from strata.models.gguf import (
     shards,
     spec_from_layout,
 )
-from strata.models.spec import OUTPUT, ModelSpec
+from strata.models.spec import ModelSpec
 
 ROPE_FREQS = "rope_freqs.weight"
-# GGUF tensor names -> transformers' Llama/Qwen2 state-dict names.
-_GLOBAL_NAMES = {
-    "token_embd.weight": "model.embed_tokens.weight",
-    "output_norm.weight": "model.norm.weight",
-    OUTPUT: "lm_head.weight",
-}
-_BLOCK_NAMES = {
-    "attn_norm.weight": "input_layernorm.weight",
-    "attn_q.weight": "self_attn.q_proj.weight", "attn_q.bias": "self_attn.q_proj.bias",
-    "attn_k.weight": "self_attn.k_proj.weight", "attn_k.bias": "self_attn.k_proj.bias",
-    "attn_v.weight": "self_attn.v_proj.weight", "attn_v.bias": "self_attn.v_proj.bias",
-    "attn_output.weight": "self_attn.o_proj.weight",
-    "ffn_norm.weight": "post_attention_layernorm.weight",
-    "ffn_gate.weight": "mlp.gate_proj.weight",
-    "ffn_up.weight": "mlp.up_proj.weight",
-    "ffn_down.weight": "mlp.down_proj.weight",
-}
-
-
 @dataclass(frozen=True)
 class ArchRule:
     """How one llama.cpp architecture maps onto a transformers model class."""
@@ -64,20 +45,24 @@ class ArchRule:
     model_type: str  # transformers' AutoConfig key
     permuted_qk: bool  # did llama.cpp's converter permute the Q/K rows?
     extra: dict[str, Any] = field(default_factory=dict)
+    names: dict[str, str] = field(default_factory=dict)  # transformers' own layer names
+    norm_offset: float = 0.0  # added to every norm weight by the converter (Gemma's 1)
+    windowed: bool = False  # some layers see a sliding window (the file says how wide)
+
+
+def rule_of(a: Any) -> ArchRule:
+    """The transformers-side rule of a declared architecture (strata.models.arch)."""
+    return ArchRule(a.model_type or a.name, a.permuted_qk, dict(a.transformers_extra),
+                    dict(a.transformers_names), a.norm_offset, a.swa_pattern is not None)
 
 
 def _transformers_archs() -> dict[str, ArchRule]:
-    """The declared architectures (strata.models.arch) a transformers Llama/Qwen2 class runs
-    from this module's tensor names: dense, SwiGLU, no q/k norms."""
+    """The declared architectures (strata.models.arch) a transformers class runs from a
+    dense GGUF: every one with a model_type whose layers are not all experts."""
     from strata.models import arch
 
-    out = {}
-    for name in arch.names():
-        a = arch.get(name)
-        if a.model_type and a.experts != "always" and a.mlp == "swiglu" \
-                and not a.has("q_norm") and a.embed_scale == "none":
-            out[name] = ArchRule(a.model_type, a.permuted_qk, dict(a.transformers_extra))
-    return out
+    return {name: rule_of(arch.get(name)) for name in arch.names()
+            if arch.get(name).model_type and arch.get(name).experts != "always"}
 
 
 ARCHS: dict[str, ArchRule] = _transformers_archs()
@@ -158,22 +143,37 @@ def llama_config(path: Path, spec: ModelSpec, kv: dict[str, Any], rule: ArchRule
         "bos_token_id": _token_id(kv, "bos_token_id", vocab) if add_bos is not False else None,
         "eos_token_id": _token_id(kv, "eos_token_id", vocab),
         "pad_token_id": _token_id(kv, "padding_token_id", vocab),
+        **_windowed(kv, arch, spec, rule),
         **rule.extra,
     }
+
+
+def _windowed(kv: dict[str, Any], arch: str, spec: ModelSpec, rule: ArchRule) -> dict[str, Any]:
+    """transformers' keys of a sliding-window architecture: the window, and Gemma's query
+    scale (query_pre_attn_scalar^-1/2 = the head size's, as llama.cpp scales them)."""
+    if not rule.windowed:
+        return {}
+    window = kv.get(f"{arch}.attention.sliding_window")
+    return {"sliding_window": window if isinstance(window, int) and window > 0 else None,
+            "query_pre_attn_scalar": spec.head_dim}
 
 
 # -- tensors ---------------------------------------------------------------------------------
 
 
-def hf_name(path: Path, name: str) -> str:
-    """transformers' name for a GGUF tensor; InputError for one a Llama has no place for."""
-    if name in _GLOBAL_NAMES:
-        return _GLOBAL_NAMES[name]
+def hf_name(path: Path, name: str, names: dict[str, str] | None = None) -> str:
+    """transformers' name for a GGUF tensor (`names`: the architecture's own); InputError
+    for one the model has no place for."""
+    from strata.models import hf
+
     parts = name.split(".", 2)
-    if len(parts) == 3 and parts[0] == "blk" and parts[1].isdigit() and parts[2] in _BLOCK_NAMES:
-        return f"model.layers.{parts[1]}.{_BLOCK_NAMES[parts[2]]}"
-    raise InputError(f"MODEL {path}: tensor {name!r} has no place in a transformers Llama "
-                     "(a mixture-of-experts or other variant?); use --backend llamacpp")
+    layer = len(parts) == 3 and parts[0] == "blk" and parts[1].isdigit() and \
+        (parts[2] in hf.LAYER_NAMES or parts[2] in (names or {}))
+    if name in hf.GLOBAL_NAMES or layer:
+        return hf.hf_name(name, names=names)
+    raise InputError(f"MODEL {path}: tensor {name!r} has no place in a transformers model "
+                     "of this architecture (a mixture-of-experts or other variant?); use "
+                     "--backend llamacpp")
 
 
 def unpermute_rows(w: np.ndarray, n_head: int) -> np.ndarray:
@@ -239,10 +239,12 @@ def read_gguf_weights(path: Path) -> GgufWeights:
             if t.name == ROPE_FREQS:
                 rope_freqs = dequantize(path, shard, i)[0].reshape(-1)
                 continue
-            name = hf_name(path, t.name)
+            name = hf_name(path, t.name, rule.names)
             values, stored[name] = dequantize(path, shard, i)
+            if rule.norm_offset and t.name.endswith("norm.weight"):
+                values = values - np.float32(rule.norm_offset)
             tensors[name] = _unpermute_qk(name, values, spec) if rule.permuted_qk else values
-    embd = tensors.get(_GLOBAL_NAMES["token_embd.weight"])
+    embd = tensors.get("model.embed_tokens.weight")
     if embd is None or embd.ndim != 2:
         raise InputError(f"MODEL {path}: no 2-D token_embd.weight tensor")
     biases = any(n.endswith("_proj.bias") for n in tensors)
@@ -276,11 +278,24 @@ def build_model(weights: GgufWeights, device: Any, dtype: Any,
     if config.tie_word_embeddings:
         model.tie_weights()
     _rotary_on(model, device, weights.rope_freqs)
+    _scalar_buffers(model, device)
     missing = [n for n, p in [*model.named_parameters(), *model.named_buffers()] if p.is_meta]
     if missing:
         raise InputError(f"MODEL {weights.path}: the GGUF lacks tensors a {weights.spec.arch} "
                          f"model needs: {', '.join(missing[:3])}")
     return model.eval()
+
+
+def _scalar_buffers(model: Any, device: Any) -> None:
+    """Computed scalar buffers left on meta (Gemma's embedding scale, √hidden): transformers
+    keeps each one's value beside it as `scalar_<name>`."""
+    import torch
+
+    for module in model.modules():
+        for name, buf in list(module.named_buffers(recurse=False)):
+            scalar = getattr(module, f"scalar_{name}", None)
+            if buf is not None and buf.is_meta and isinstance(scalar, (int, float)):
+                setattr(module, name, torch.tensor(scalar, device=device))
 
 
 def _rotary_on(model: Any, device: Any, freq_factors: np.ndarray | None) -> None:

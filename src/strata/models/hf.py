@@ -72,9 +72,11 @@ _EXPERT_PROJ = {"gate_proj": "ffn_gate", "w1": "ffn_gate", "up_proj": "ffn_up", 
                 "down_proj": "ffn_down", "w2": "ffn_down"}
 
 
-def hf_name(gguf_name: str, moe_style: str = "mlp") -> str:
+def hf_name(gguf_name: str, moe_style: str = "mlp", names: dict[str, str] | None = None
+            ) -> str:
     """HF name of a GGUF-named tensor of the llama-family layout (KeyError if unknown);
-    `moe_style` says how the checkpoint names experts and router (a key of MOE_STYLES)."""
+    `moe_style` says how the checkpoint names experts and router (a key of MOE_STYLES),
+    `names` an architecture's own names of layer tensors (Arch.transformers_names)."""
     if gguf_name in GLOBAL_NAMES:
         return GLOBAL_NAMES[gguf_name]
     style = MOE_STYLES[moe_style]
@@ -85,7 +87,7 @@ def hf_name(gguf_name: str, moe_style: str = "mlp") -> str:
     _blk, layer, key = gguf_name.split(".", 2)
     if key == "ffn_gate_inp.weight":
         return f"{_HF_LAYER_PREFIX}{layer}.{style['ffn_gate_inp']}.weight"
-    return f"{_HF_LAYER_PREFIX}{layer}.{LAYER_NAMES[key]}"
+    return f"{_HF_LAYER_PREFIX}{layer}.{(names or {}).get(key) or LAYER_NAMES[key]}"
 
 
 def gguf_name(name: str) -> str:

@@ -16,6 +16,8 @@ from strata.errors import InputError
 
 PRESETS_FILE = "presets.json"
 MOE_FIELDS = ("n_experts", "n_experts_used", "expert_ffn")
+# fields a preset without them leaves out of its values (and so out of its content key)
+OPTIONAL_FIELDS = ("sliding_window", "rope_scaling")
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,11 @@ class Preset:
     n_experts: int = 0
     n_experts_used: int = 0
     expert_ffn: int = 0
+    # Positions a windowed layer sees (config.json's sliding_window; which layers are
+    # windowed is the architecture's rule), and the config's rope_scaling as published
+    # ("linear" with its factor, or "llama3" with its four values).
+    sliding_window: int = 0
+    rope_scaling: dict[str, Any] | None = None
 
     @property
     def is_moe(self) -> bool:
@@ -60,6 +67,9 @@ class Preset:
         values = asdict(self)
         if not self.is_moe:
             for key in MOE_FIELDS:
+                del values[key]
+        for key in OPTIONAL_FIELDS:
+            if not values[key]:
                 del values[key]
         return values
 

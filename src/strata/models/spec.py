@@ -71,10 +71,23 @@ class ModelSpec:
     # llama.cpp's name of the file's mix ("Q4_K_M", from general.file_type); None where the
     # source does not say (a Hugging Face checkpoint, an old GGUF)
     file_type: str | None = None
+    # {arch}.attention.sliding_window: positions a windowed layer attends to (0: none); which
+    # layers are windowed is the architecture's rule (windowed_layers)
+    sliding_window: int = 0
 
     @property
     def is_moe(self) -> bool:
         return self.n_experts > 0
+
+    def windowed_layers(self) -> int:
+        """Layers attending to the last `sliding_window` positions only, by the declared
+        architecture's rule (0 for an architecture strata has not declared)."""
+        if not self.sliding_window:
+            return 0
+        from strata.models import arch as registry
+
+        a = registry.find(self.arch)
+        return sum(a.windowed(i, self.sliding_window) for i in range(self.n_layers)) if a else 0
 
     # -- sizes ---------------------------------------------------------------------------
     def params(self) -> int:
@@ -197,4 +210,6 @@ class ModelSpec:
         else:  # a dense spec's dict is what it was before MoE existed
             for key in MOE_FIELDS:
                 d.pop(key)
+        if not self.sliding_window:  # and one without a window what it was before them
+            d.pop("sliding_window")
         return d

@@ -38,13 +38,10 @@ from strata.errors import InputError
 from strata.models.mixes import FALLBACK, FTYPE_NAMES, MIXES
 from strata.models.presets import Preset, get_preset
 from strata.models.source import ResolvedModel, register
-from strata.models.spec import OUTPUT, TOKEN_EMBD, ModelSpec, TensorInfo
-from strata.models.synthetic_moe import (
-    add_moe_metadata,
-    moe_ffn_layout,
-    per_expert,
-    qk_norm_layout,
-)
+from strata.models.spec import ModelSpec, TensorInfo
+from strata.models.synthetic_layout import add_arch_metadata, rope_factors
+from strata.models.synthetic_layout import layout as _layout
+from strata.models.synthetic_moe import add_moe_metadata, per_expert
 
 # The vocabulary lives in its own module; these names stay importable from here.
 from strata.models.synthetic_vocab import (  # noqa: F401
@@ -150,8 +147,7 @@ QUANTS: dict[str, Quant] = {
 }
 
 # ---------------------------------------------------------------------------------------
-# Tensor layout (llama.cpp names; llama and qwen2 share it, qwen2 adds q/k/v biases; the
-# mixture-of-experts parts are in synthetic_moe)
+# Tensor plans (the layout itself is synthetic_layout's, from the architecture's declaration)
 # ---------------------------------------------------------------------------------------
 
 
@@ -160,7 +156,7 @@ class TensorPlan:
     name: str  # GGUF name
     shape: tuple[int, ...]  # PyTorch order
     storage: Storage
-    init: str  # "random" or "ones"
+    init: str  # "random", "ones" or "values" (computed: rope_freqs, written as they are)
 
     @property
     def elements(self) -> int:
@@ -174,33 +170,8 @@ class TensorPlan:
         return TensorInfo(self.name, self.shape, self.storage.name, self.nbytes)
 
 
-def _layout(p: Preset) -> list[tuple[str, tuple[int, ...], str]]:
-    """(name, shape, role) of every tensor; role is "matrix", "norm", "bias" or "router"."""
-    q_dim, kv_dim = p.n_heads * p.head_dim, p.n_kv_heads * p.head_dim
-    out: list[tuple[str, tuple[int, ...], str]] = [(TOKEN_EMBD, (p.vocab, p.hidden), "matrix")]
-    for i in range(p.n_layers):
-        blk = f"blk.{i}."
-        out += [(blk + "attn_norm.weight", (p.hidden,), "norm"),
-                (blk + "attn_q.weight", (q_dim, p.hidden), "matrix"),
-                (blk + "attn_k.weight", (kv_dim, p.hidden), "matrix"),
-                (blk + "attn_v.weight", (kv_dim, p.hidden), "matrix")]
-        if p.qkv_bias:
-            out += [(blk + "attn_q.bias", (q_dim,), "bias"),
-                    (blk + "attn_k.bias", (kv_dim,), "bias"),
-                    (blk + "attn_v.bias", (kv_dim,), "bias")]
-        out += qk_norm_layout(p, blk)
-        out += [(blk + "attn_output.weight", (p.hidden, q_dim), "matrix"),
-                (blk + "ffn_norm.weight", (p.hidden,), "norm")]
-        if p.is_moe:
-            out += moe_ffn_layout(p, blk)
-        else:
-            out += [(blk + "ffn_gate.weight", (p.ffn, p.hidden), "matrix"),
-                    (blk + "ffn_up.weight", (p.ffn, p.hidden), "matrix"),
-                    (blk + "ffn_down.weight", (p.hidden, p.ffn), "matrix")]
-    out.append(("output_norm.weight", (p.hidden,), "norm"))
-    if not p.tied_embeddings:  # tied: llama.cpp and transformers reuse token_embd as head
-        out.append((OUTPUT, (p.vocab, p.hidden), "matrix"))
-    return out
+def _init(role: str) -> str:
+    return {"norm": "ones", "values": "values"}.get(role, "random")
 
 
 def _gguf_storage(role: str, shape: tuple[int, ...], quant: Quant) -> Storage:
@@ -227,15 +198,15 @@ class SyntheticModel:
 
     def gguf_tensors(self) -> list[TensorPlan]:
         q = QUANTS[self.quant]
-        return [TensorPlan(name, shape, _gguf_storage(role, shape, q),
-                           "ones" if role == "norm" else "random")
+        return [TensorPlan(name, shape, _gguf_storage(role, shape, q), _init(role))
                 for name, shape, role in _layout(self.preset)]
 
     def hf_tensors(self) -> list[TensorPlan]:
         # One tensor per expert, as Hugging Face checkpoints store them.
         storage = STORAGES[QUANTS[self.quant].hf]
-        return [TensorPlan(name, shape, storage, "ones" if role == "norm" else "random")
-                for name, shape, role in per_expert(_layout(self.preset))]
+        # the frequency factors are the config's rope_scaling on that side, not a tensor
+        return [TensorPlan(name, shape, storage, _init(role))
+                for name, shape, role in per_expert(_layout(self.preset)) if role != "values"]
 
     def _spec(self, tensors: list[TensorPlan], notes: list[str]) -> ModelSpec:
         p = self.preset
@@ -398,8 +369,14 @@ class RandomPool:
         return self._pool[start:start + n].copy()
 
 
-def _stream_tensor(out: BinaryIO, t: TensorPlan, pool: RandomPool) -> None:
-    """Write one tensor's bytes in chunks of whole blocks."""
+def _stream_tensor(out: BinaryIO, t: TensorPlan, pool: RandomPool,
+                   values: np.ndarray | None = None) -> None:
+    """Write one tensor's bytes in chunks of whole blocks (`values`: its computed F32
+    values, for init "values")."""
+    if t.init == "values":
+        assert values is not None and t.storage.name == "F32", t.name
+        out.write(np.ascontiguousarray(values, dtype=np.float32).tobytes())
+        return
     fill = t.storage.ones if t.init == "ones" else t.storage.random
     if fill is None:
         raise ValueError(f"{t.name}: {t.storage.name} cannot hold constant values")
@@ -448,6 +425,7 @@ def _add_gguf_metadata(w: Any, model: SyntheticModel) -> None:
     w.add_layer_norm_rms_eps(p.norm_eps)
     w.add_vocab_size(p.vocab)
     add_moe_metadata(w, p)
+    add_arch_metadata(w, p)
 
 
 def _add_vocab(w: Any, vocab: int) -> None:
@@ -487,7 +465,7 @@ def write_gguf(model: SyntheticModel, path: Path) -> None:
             # Same placement as GGUFWriter.write_tensor_data: aligned start, padded end.
             _pad(out, writer.data_alignment)
             start = out.tell()
-            _stream_tensor(out, t, pool)
+            _stream_tensor(out, t, pool, rope_factors(model.preset))
             if out.tell() - start != t.nbytes:
                 raise OSError(f"{t.name}: wrote {out.tell() - start} bytes, not {t.nbytes}")
         _pad(out, writer.data_alignment)

@@ -38,6 +38,12 @@ HF_ARCHS: dict[str, HfArch] = {
     "llama": HfArch("LlamaForCausalLM", "llama", {"mlp_bias": False}),
     "qwen2": HfArch("Qwen2ForCausalLM", "qwen2",
                     {"use_sliding_window": False, "sliding_window": None}),
+    "qwen3": HfArch("Qwen3ForCausalLM", "qwen3",
+                    {"use_sliding_window": False, "sliding_window": None}),
+    # Gemma's norms multiply by 1 + w: the written ones are 2 there (random weights anyway)
+    "gemma3": HfArch("Gemma3ForCausalLM", "gemma3_text",
+                     {"hidden_activation": "gelu_pytorch_tanh", "rope_local_base_freq": 10000.0,
+                      "final_logit_softcapping": None, "attn_logit_softcapping": None}),
 }
 # Mixture-of-experts presets, by llama.cpp arch: a llama arch with experts is Mixtral.
 HF_MOE_ARCHS: dict[str, HfArch] = {
@@ -59,6 +65,16 @@ def _moe_config(model: SyntheticModel) -> dict[str, Any]:
     count_key = "num_local_experts" if p.arch == "llama" else "num_experts"
     return {count_key: p.n_experts, "num_experts_per_tok": p.n_experts_used,
             **({} if p.arch == "llama" else {"moe_intermediate_size": p.expert_ffn})}
+
+
+def _arch_config(model: SyntheticModel) -> dict[str, Any]:
+    """The window, Gemma's query scale and the RoPE scaling, where the preset has them."""
+    p, out = model.preset, {}
+    if p.sliding_window:
+        out.update(sliding_window=p.sliding_window, query_pre_attn_scalar=p.head_dim)
+    if p.rope_scaling:
+        out["rope_scaling"] = dict(p.rope_scaling)
+    return out
 
 
 def hf_arch(model: SyntheticModel) -> HfArch:
@@ -94,21 +110,29 @@ def hf_config(model: SyntheticModel) -> dict[str, Any]:
         "hidden_act": "silu", "torch_dtype": _TORCH_DTYPE[QUANTS[model.quant].hf],
         "bos_token_id": BOS_ID, "eos_token_id": EOS_ID, "use_cache": True,
         "strata_synthetic": hf_label(model), **arch.extra, **_moe_config(model),
+        **_arch_config(model),
     }
 
 
 def safetensors_header(tensors: Sequence[TensorPlan], metadata: dict[str, str],
-                       moe_style: str = "mlp") -> bytes:
+                       moe_style: str = "mlp", names: dict[str, str] | None = None) -> bytes:
     """8-byte length + JSON header (padded with spaces to 8 bytes, as safetensors does)."""
     header: dict[str, Any] = {"__metadata__": metadata}
     offset = 0
     for t in tensors:
-        header[hf_name(t.name, moe_style)] = {"dtype": t.storage.name, "shape": list(t.shape),
-                                   "data_offsets": [offset, offset + t.nbytes]}
+        header[hf_name(t.name, moe_style, names)] = {
+            "dtype": t.storage.name, "shape": list(t.shape),
+            "data_offsets": [offset, offset + t.nbytes]}
         offset += t.nbytes
     blob = json.dumps(header, separators=(",", ":")).encode()
     blob += b" " * (-len(blob) % 8)
     return struct.pack("<Q", len(blob)) + blob
+
+
+def _names(model: SyntheticModel) -> dict[str, str]:
+    from strata.models import arch
+
+    return dict(arch.get(model.preset.arch).transformers_names)
 
 
 def write_hf(model: SyntheticModel, folder: Path) -> None:
@@ -117,6 +141,7 @@ def write_hf(model: SyntheticModel, folder: Path) -> None:
     pool = RandomPool(model.seed("hf"), max(t.nbytes for t in tensors))
     with open(folder / "model.safetensors", "wb") as out:
         out.write(safetensors_header(tensors, {"format": "pt",
-                                               "strata_synthetic": hf_label(model)}, style))
+                                               "strata_synthetic": hf_label(model)}, style,
+                                     _names(model)))
         for t in tensors:
             _stream_tensor(out, t, pool)

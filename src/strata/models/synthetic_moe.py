@@ -32,8 +32,6 @@ from strata.models.presets import Preset
 # Layout entry: (GGUF name, shape in PyTorch order, role: "matrix", "norm", "bias", "router").
 Entry = tuple[str, tuple[int, ...], str]
 
-# Archs whose attention RMS-normalises q and k per head (attn_q_norm / attn_k_norm).
-QK_NORM_ARCHS = frozenset({"qwen3moe"})
 # Archs whose converter writes {arch}.expert_feed_forward_length (Mixtral's does not: its
 # experts are feed_forward_length wide).
 EXPERT_FFN_KEY_ARCHS = frozenset({"qwen3moe"})
@@ -41,13 +39,6 @@ EXPERT_FFN_KEY_ARCHS = frozenset({"qwen3moe"})
 MOE_ARCHS = frozenset({"llama", "qwen3moe"})
 
 _MERGED = re.compile(r"^(blk\.\d+\.ffn_(?:gate|up|down))_exps\.weight$")
-
-
-def qk_norm_layout(p: Preset, blk: str) -> list[Entry]:
-    if p.arch not in QK_NORM_ARCHS:
-        return []
-    return [(blk + "attn_q_norm.weight", (p.head_dim,), "norm"),
-            (blk + "attn_k_norm.weight", (p.head_dim,), "norm")]
 
 
 def moe_ffn_layout(p: Preset, blk: str) -> list[Entry]:

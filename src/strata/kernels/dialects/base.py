@@ -101,12 +101,17 @@ def checked_library(lib: Path, dialect: str, flags: tuple[str, ...]) -> Path:
 
 def abi_args(spec: Any, out: Any, inputs: list[Any], params: dict[str, Any]) -> list[Any]:
     """The C ABI's arguments (docs/kernels-abi.md): data pointers of out and the inputs,
-    the op's int64 sizes, then its float params, as ctypes values built once per bind."""
+    the op's int64 sizes, then its float params in the op's order (contract.param_names:
+    its defaults, then the per-shape ones), as ctypes values built once per bind."""
     import ctypes
 
+    from strata.kernels.contract import param_names
+
+    order = [k for k in param_names(spec) if k in params]
+    order += [k for k in params if k not in order]
     return [*(ctypes.c_void_p(t.data_ptr()) for t in (out, *inputs)),
             *(ctypes.c_int64(int(n)) for n in spec.sizes(out, *inputs)),
-            *(ctypes.c_float(float(v)) for v in params.values())]
+            *(ctypes.c_float(float(params[k])) for k in order)]
 
 
 def source_text(path: Path) -> str:

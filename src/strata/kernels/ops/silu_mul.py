@@ -13,10 +13,21 @@ CLAUSES = (
 )
 
 
-def _inputs(s, dtype, seed, device):
+def gate_inputs(s, dtype, seed, device):
+    """a (the gate, spread ±3 so silu/gelu curve) and b, [rows, cols] (gelu_mul's too)."""
     shape = (s["rows"], s["cols"])
     return [floats(shape, dtype, seed, device, scale=3.0),
             floats(shape, dtype, seed, device, offset=1)]
+
+
+# the elementwise gates' shapes (gelu_mul's too): -B lab's and training's calls are served
+SHAPES = {
+    "verify": [{"rows": 1, "cols": 1}, {"rows": 3, "cols": 7}, {"rows": 5, "cols": 33},
+               {"rows": 2, "cols": 1000}, {"rows": 4, "cols": 257}],
+    "llm": rows_by(ffn_sizes()),
+    "figure": rows_by(hidden_sizes()[-2:]) if len(hidden_sizes()) > 1 else rows_by([2048]),
+    "serve": unique(lab_rows_by("ffn") + serve_rows_by("ffn")),
+}
 
 
 def _reference(a, b):
@@ -29,7 +40,7 @@ SPEC = register(KernelSpec(
     name="silu_mul",
     summary="silu(a) * b (SwiGLU gate)",
     inputs=("a", "b"),
-    make_inputs=_inputs,
+    make_inputs=gate_inputs,
     out_shape=lambda s: (s["rows"], s["cols"]),
     reference=_reference,
     flops=lambda s: 5.0 * s["rows"] * s["cols"],
@@ -37,11 +48,5 @@ SPEC = register(KernelSpec(
     sizes=lambda o, a, b: (a.numel(),),
     dims=dims_of(rows=(1, 0), cols=(1, 1)),
     clauses=CLAUSES,
-    shapes={
-        "verify": [{"rows": 1, "cols": 1}, {"rows": 3, "cols": 7}, {"rows": 5, "cols": 33},
-                   {"rows": 2, "cols": 1000}, {"rows": 4, "cols": 257}],
-        "llm": rows_by(ffn_sizes()),
-        "figure": rows_by(hidden_sizes()[-2:]) if len(hidden_sizes()) > 1 else rows_by([2048]),
-        "serve": unique(lab_rows_by("ffn") + serve_rows_by("ffn")),
-    },
+    shapes=SHAPES,
 ))

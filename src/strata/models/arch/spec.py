@@ -7,9 +7,12 @@ optional roles), routed experts where the file says `{arch}.expert_count` > 0 (t
 EXPERT_ROLES replace the dense MLP's). What is not a tensor is a field: the RoPE pairing, the
 MLP's activation, the embedding scale.
 
-Variants the executor does not run yet (sliding-window attention, logit soft-capping,
-attention sinks, per-layer RoPE bases) arrive with the architectures that need them (Gemma,
-gpt-oss): each is a field here and a branch in `strata.engine.executor`, nowhere else.
+Sliding-window attention is a field: `swa_pattern` says which layers attend only to the last
+`{arch}.attention.sliding_window` positions (the file says how many), with llama.cpp's rule,
+and `swa_rope_base` the RoPE base of those layers where it differs from the file's. Variants
+the executor does not run yet (logit soft-capping, attention sinks) arrive with the
+architectures that need them (gpt-oss): each is a field here and a branch in
+`strata.engine`, nowhere else.
 """
 
 from __future__ import annotations
@@ -53,6 +56,9 @@ ATTENTION = (t("attn_norm", "attn_norm.weight"), t("q", "attn_q.weight"),
 QKV_BIASES = (t("q_bias", "attn_q.bias", True), t("k_bias", "attn_k.bias", True),
               t("v_bias", "attn_v.bias", True))
 QK_NORMS = (t("q_norm", "attn_q_norm.weight"), t("k_norm", "attn_k_norm.weight"))
+# Gemma's norms of the attention and MLP outputs, before each joins the residual stream
+POST_NORMS = (t("attn_post_norm", "post_attention_norm.weight"),
+              t("ffn_post_norm", "post_ffw_norm.weight"))
 DENSE_MLP = (t("ffn_norm", "ffn_norm.weight"), t("gate", "ffn_gate.weight"),
              t("up", "ffn_up.weight"), t("down", "ffn_down.weight"))
 EXPERTS = (t("ffn_norm", "ffn_norm.weight"), t("router", "ffn_gate_inp.weight"),
@@ -74,7 +80,18 @@ class Arch:
     embed_scale: str = "none"
     experts: str = "never"  # "never" | "optional" (a dense or MoE file) | "always"
     model_type: str | None = None  # transformers' AutoConfig key, where one exists
+    # Sliding window (where the file sets {arch}.attention.sliding_window): None, no layer;
+    # 0, every layer; n, llama.cpp's set_swa_pattern(n): layer i is windowed when
+    # i % n < n - 1 (every n-th layer attends to everything)
+    swa_pattern: int | None = None
+    swa_rope_base: float | None = None  # RoPE base of the windowed layers (None: the file's)
     transformers_extra: dict[str, Any] = field(default_factory=dict)
+    # transformers' names where they differ from the llama family's (strata.models.hf
+    # LAYER_NAMES), by GGUF suffix after blk.N.
+    transformers_names: dict[str, str] = field(default_factory=dict)
+    # What llama.cpp's converter added to every norm weight (Gemma's 1: transformers'
+    # Gemma norms multiply by 1 + w); the transformers loader takes it off again.
+    norm_offset: float = 0.0
 
     def __post_init__(self) -> None:
         for value, allowed, what in ((self.rope, ROPE_KINDS, "rope"),
@@ -111,6 +128,13 @@ class Arch:
 
     def has(self, role: str) -> bool:
         return any(x.role == role for x in self.layer)
+
+    def windowed(self, layer: int, window: int) -> bool:
+        """Does layer `layer` attend only to the last `window` positions (0: no window)?"""
+        if window <= 0 or self.swa_pattern is None:
+            return False
+        n = self.swa_pattern
+        return n == 0 or layer % n < n - 1
 
     def embedding_scale(self, hidden: int) -> float:
         return math.sqrt(hidden) if self.embed_scale == "sqrt_hidden" else 1.0

@@ -18,51 +18,8 @@
 #include <stdlib.h>
 #include "strata_attention.h"
 
-/* Below this many multiply-adds the kernel stays on one thread (a fork-join costs
-   microseconds on a quiet machine, much more when the cores are shared). */
-#ifndef PAR_MIN_WORK
-#define PAR_MIN_WORK ((int64_t)1 << 18)
-#endif
-
-/* Item `item` = ((g * quads + quad) * T + t): queries of heads g*G + 4*quad + j, row t,
-   over keys 0..P+t of kv head g. */
-static void cached_item(float *out, const float *q, const float *k, const float *v,
-                        int64_t H, int64_t Hkv, int64_t T, int64_t C, int64_t D, int64_t P,
-                        float scale, int64_t item, int64_t quads, float *acc) {
-    const int64_t G = H / Hkv, t = item % T, gq = item / T, g = gq / quads;
-    const int64_t j0 = (gq % quads) * 4;
-    const int nq = (int)(G - j0 < 4 ? G - j0 : 4);
-    float *o[4];
-    const float *qp[4];
-    for (int j = 0; j < 4; j++) {  /* padding lanes repeat the last query; not stored */
-        const int64_t h = g * G + j0 + (j < nq ? j : nq - 1);
-        o[j] = out + (h * T + t) * D;
-        qp[j] = q + (h * T + t) * D;
-    }
-    decode_quad(o, qp, k + g * C * D, v + g * C * D, P + t + 1, D, scale, nq, acc);
-}
-
 void strata_attention_cached(float *out, const float *q, const float *k, const float *v,
                              const int64_t *pos, int64_t H, int64_t Hkv, int64_t T,
                              int64_t C, int64_t D, float scale) {
-    if (H <= 0 || T <= 0 || D <= 0 || Hkv <= 0) return;
-    const int64_t P = pos[0], G = H / Hkv, quads = (G + 3) / 4, items = Hkv * quads * T;
-    const int64_t work = H * D * (T * P + T * (T + 1) / 2);
-    if (items < 2 || work < PAR_MIN_WORK) {
-        float *acc = (float *)malloc((size_t)(4 * D) * sizeof(float));
-        if (!acc) return;
-        for (int64_t it = 0; it < items; it++)
-            cached_item(out, q, k, v, H, Hkv, T, C, D, P, scale, it, quads, acc);
-        free(acc);
-        return;
-    }
-#pragma omp parallel
-    {
-        float *acc = (float *)malloc((size_t)(4 * D) * sizeof(float));
-        /* consecutive items share a kv head (locality); causal rows differ in cost */
-#pragma omp for schedule(dynamic, 4)
-        for (int64_t it = 0; it < items; it++)
-            if (acc) cached_item(out, q, k, v, H, Hkv, T, C, D, P, scale, it, quads, acc);
-        free(acc);
-    }
+    cached_attention(out, q, k, v, pos[0], 0, H, Hkv, T, C, D, scale);
 }

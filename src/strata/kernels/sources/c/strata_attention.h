@@ -1,12 +1,13 @@
 /* strata_attention.h: the attention building blocks the built-in `c` attention kernels
  * share (attention, attention_lse, attention_backward: q.k scores and P.V rows; decode_attention
- * and attention_cached: the flash-decoding quad). Hashed with each user like strata_simd.h.
+ * attention_cached and attention_window: the flash-decoding quad and its driver). Hashed with each user like strata_simd.h.
  * The functions are `static` (not inline: the compiler decides, as it did when each kernel
  * held its own copy); a kernel that leaves one unused gets no code for it. */
 #ifndef STRATA_ATTENTION_H
 #define STRATA_ATTENTION_H
 
 #include <math.h>
+#include <stdlib.h>
 #include "strata_simd.h"
 
 #define STRATA_UNUSED __attribute__((unused))
@@ -221,6 +222,63 @@ static STRATA_UNUSED void decode_quad(float *const o[4], const float *const qp[4
         int64_t d = 0;
         for (; d < D8; d += 8) _mm256_storeu_ps(o[j] + d, _mm256_mul_ps(_mm256_loadu_ps(cj + d), inv));
         if (d < D) _mm256_maskstore_ps(o[j] + d, dm, _mm256_mul_ps(_mm256_maskload_ps(cj + d, dm), inv));
+    }
+}
+
+/* attention_cached's and attention_window's work item `item` = ((g * quads + quad) * T + t):
+   queries of heads g*G + 4*quad + j, row t, over keys 0..P+t of kv head g — or, with a
+   window W > 0, over its last W keys only (rows P+t-W+1..P+t; earlier rows never touched). */
+static STRATA_UNUSED void cached_item(float *out, const float *q, const float *k,
+                                      const float *v, int64_t H, int64_t Hkv, int64_t T,
+                                      int64_t C, int64_t D, int64_t P, int64_t W, float scale,
+                                      int64_t item, int64_t quads, float *acc) {
+    const int64_t G = H / Hkv, t = item % T, gq = item / T, g = gq / quads;
+    const int64_t j0 = (gq % quads) * 4, end = P + t + 1;
+    const int64_t lo = W > 0 && end > W ? end - W : 0;
+    const int nq = (int)(G - j0 < 4 ? G - j0 : 4);
+    float *o[4];
+    const float *qp[4];
+    for (int j = 0; j < 4; j++) {  /* padding lanes repeat the last query; not stored */
+        const int64_t h = g * G + j0 + (j < nq ? j : nq - 1);
+        o[j] = out + (h * T + t) * D;
+        qp[j] = q + (h * T + t) * D;
+    }
+    decode_quad(o, qp, k + (g * C + lo) * D, v + (g * C + lo) * D, end - lo, D, scale, nq, acc);
+}
+
+
+/* Below this many multiply-adds cached_attention stays on one thread (a fork-join costs
+   microseconds on a quiet machine, much more when the cores are shared). */
+#ifndef CACHED_MIN_WORK
+#define CACHED_MIN_WORK ((int64_t)1 << 18)
+#endif
+
+/* attention_cached (W = 0) and attention_window (W > 0): every work item, in parallel
+   (OpenMP, over heads and query rows) when the work amortises a team; every item is
+   computed the same way on any thread, so results do not depend on the thread count. */
+static STRATA_UNUSED void cached_attention(float *out, const float *q, const float *k,
+                                           const float *v, int64_t P, int64_t W, int64_t H,
+                                           int64_t Hkv, int64_t T, int64_t C, int64_t D,
+                                           float scale) {
+    if (H <= 0 || T <= 0 || D <= 0 || Hkv <= 0) return;
+    const int64_t G = H / Hkv, quads = (G + 3) / 4, items = Hkv * quads * T;
+    const int64_t keys = W > 0 ? T * (W < P + 1 ? W : P + 1) : T * P + T * (T + 1) / 2;
+    if (items < 2 || H * D * keys < CACHED_MIN_WORK) {
+        float *acc = (float *)malloc((size_t)(4 * D) * sizeof(float));
+        if (!acc) return;
+        for (int64_t it = 0; it < items; it++)
+            cached_item(out, q, k, v, H, Hkv, T, C, D, P, W, scale, it, quads, acc);
+        free(acc);
+        return;
+    }
+#pragma omp parallel
+    {
+        float *acc = (float *)malloc((size_t)(4 * D) * sizeof(float));
+        /* consecutive items share a kv head (locality); causal rows differ in cost */
+#pragma omp for schedule(dynamic, 4)
+        for (int64_t it = 0; it < items; it++)
+            if (acc) cached_item(out, q, k, v, H, Hkv, T, C, D, P, W, scale, it, quads, acc);
+        free(acc);
     }
 }
 
