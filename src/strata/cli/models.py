@@ -225,6 +225,9 @@ def fit(
     backend: Annotated[str, typer.Option("--backend", "-B",
                                          help=f"{' or '.join(names(fit=True))}.")]
     = "llamacpp",
+    swa_full: Annotated[bool, typer.Option("--swa-full", help="llama.cpp's --swa-full: "
+                                           "sliding-window layers (Gemma 3) keep the whole "
+                                           "context instead of their window.")] = False,
     fmt: FormatOption = None,
     json_out: JsonOption = False,
     db: DbOption = None,
@@ -246,7 +249,9 @@ def fit(
     conn = read_store(db)  # fail on a bad --db before reading the model
     from strata.commands.fit import print_fit, run_fit
 
+    if swa_full and backend != "llamacpp":
+        raise InputError(f"--swa-full is llama.cpp's option; -B {backend} sizes its own cache")
     report = run_fit(conn, model, ctx=ctx, batch=batch, kv_type=kv_type, backend=backend,
-                     console=err)
+                     console=err, swa_full=swa_full)
     print_fit(report, fmt, out)
 

@@ -24,14 +24,15 @@ if TYPE_CHECKING:
 
 
 def run_fit(conn: sqlite3.Connection | None, ref: str, *, ctx: int | None, batch: int,
-            kv_type: str | None, backend: str, console: Console) -> FitReport:
+            kv_type: str | None, backend: str, console: Console, swa_full: bool = False
+            ) -> FitReport:
     """Plan `ref` on this host (ctx None: DEFAULT_CTX) from what `conn` holds (None: no DB
     yet, an empty store). Nothing is written. InputError (exit 2) for bad flags or an
     unreadable model, raised before the host is probed."""
     from strata.store.db import empty_db
 
     options = FitOptions(ctx=DEFAULT_CTX if ctx is None else ctx, batch=batch, kv_type=kv_type,
-                         backend=backend)
+                         backend=backend, swa_full=swa_full)
     model = resolve(ref)  # metadata only: a synthetic preset is not materialised
     check_model(model, options)
     conn = conn if conn is not None else empty_db()

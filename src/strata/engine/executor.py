@@ -47,15 +47,15 @@ class Cache:
     def allocate(cls, shape: tuple[int, int, int], windowed: list[bool], window: int,
                  chunk: int, device: torch.device) -> Cache:
         hkv, capacity, d = shape
-        short = min(capacity, window - 1 + chunk) if window > 0 else capacity
-        rows = [short if w else capacity for w in windowed]
+        rows = [cls.rows(capacity, window, chunk) if w else capacity for w in windowed]
         return cls([torch.zeros((hkv, r, d), device=device) for r in rows],
                    [torch.zeros((hkv, r, d), device=device) for r in rows],
                    capacity, window if any(windowed) else 0, list(windowed))
 
     @staticmethod
     def rows(capacity: int, window: int, chunk: int = CHUNK) -> int:
-        """Rows a windowed layer holds for a `capacity`-position cache (what fit counts)."""
+        """Rows a windowed layer holds for a `capacity`-position cache (what fit and the
+        ring's memory check count)."""
         return min(capacity, window - 1 + chunk) if window > 0 else capacity
 
     def slide(self, pos: int, t: int) -> None:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from strata.errors import InputError
-from strata.fit.memory import DeviceRules
+from strata.fit.memory import DeviceRules, Shape
 from strata.fit.weights import QuantSpec
 from strata.hardware.profile import HostProfile
 from strata.models.source import ResolvedModel
@@ -69,6 +69,9 @@ class BackendRules:
     quant: QuantFor
     sections: SectionsFor | None = None  # what else the answer says for this backend
     moe: bool = True  # runs mixture-of-experts models (routed experts)
+    # KV cells a sliding-window layer holds at (spec, shape, --swa-full); None: the full
+    # context (a backend that keeps every position, or says nothing finer)
+    window_cells: Callable[[ModelSpec, Shape, bool], int | None] | None = None
 
 
 @functools.cache

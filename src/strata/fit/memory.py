@@ -2,7 +2,9 @@
 
 weights   exact per-tensor bytes of the tensors the device holds
 KV cache  2 · layers · kv_heads · head_dim · ctx · bytes · batch (grouped-query aware: kv_heads,
-          never hidden size), split across devices in proportion to the blocks each holds
+          never hidden size), split across devices in proportion to the blocks each holds;
+          a sliding-window layer (gemma3's local layers) holds the cells its backend gives
+          it (Shape.window_cells: llama.cpp's window_cells rule, the lab's windowed cache)
 buffers   compute buffers (+ the logits buffer on the host), by a rule per backend and device
           kind, stated in its DeviceRules.text and printed with every plan
 overhead  runtime state that is neither weights nor buffers (tokenizer tables, graph
@@ -17,7 +19,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 from strata.backends.base import LoadConfig
 from strata.bench.explain import KV_BYTES
@@ -40,6 +42,13 @@ class Shape:
     kv_type: str = "f16"  # K/V element type (a torch dtype name for the torch backend)
     ubatch: int = LoadConfig.ubatch  # llama.cpp n_ubatch (bench's default): tokens per graph
     n_batch: int = LoadConfig.batch  # llama.cpp n_batch (bench's default)
+    # the backend's KV cells of a sliding-window layer at this shape, where it keeps fewer
+    # than n_kv there (None, or a rule answering None: the full context, as any other layer)
+    window_rule: Callable[[Shape], int | None] | None = field(default=None, compare=False)
+
+    @property
+    def window_cells(self) -> int | None:
+        return self.window_rule(self) if self.window_rule is not None else None
 
     @property
     def flash_attn(self) -> bool:
@@ -164,10 +173,27 @@ class DeviceRules:
 
 
 def kv_bytes(spec: ModelSpec, shape: Shape, blocks: int) -> int:
-    """KV cache of `blocks` of the model's layers (grouped-query aware via n_kv_heads)."""
+    """KV cache of `blocks` of the model's layers (grouped-query aware via n_kv_heads): the
+    full context on every layer, the window's cells on the sliding-window ones (shared in
+    proportion, like the blocks)."""
     if not spec.n_layers:
         return 0
-    return int(spec.kv_bytes(shape.n_kv, shape.kv_elem_bytes) * blocks / spec.n_layers)
+    window = shape.window_cells
+    windowed = spec.windowed_layers() if window is not None else 0
+    cells = (spec.n_layers - windowed) * shape.n_kv + windowed * (window or 0)
+    return int(spec.kv_bytes(1, shape.kv_elem_bytes) * cells / spec.n_layers
+               * blocks / spec.n_layers)
+
+
+def llamacpp_window_cells(spec: ModelSpec, shape: Shape, swa_full: bool) -> int | None:
+    """llama.cpp's SWA cache (llama_kv_cache_iswa): the window of every sequence plus one
+    ubatch, padded to 256 cells, never more than the full cache; --swa-full keeps the full
+    size. Read off llama.cpp's own log ("creating SWA KV cache, size = N cells") for n_swa
+    16 at contexts 40, 1000 and 3000 and ubatch 64 to 512 (tests/test_fit_windows.py)."""
+    if not spec.sliding_window or swa_full:
+        return None
+    cells = spec.sliding_window * shape.batch + shape.n_ub
+    return min(shape.n_kv, -(-cells // CTX_PAD) * CTX_PAD)
 
 
 def memory(spec: ModelSpec, shape: Shape, share: Share, rules: DeviceRules) -> Memory:

@@ -47,6 +47,7 @@ class FitOptions:
     batch: int = 1
     kv_type: str | None = None  # None: the backend's default (llama.cpp f16; torch its dtype)
     backend: str = "llamacpp"
+    swa_full: bool = False  # llama.cpp --swa-full: sliding-window layers keep the full context
 
     def __post_init__(self) -> None:
         if not 1 <= self.ctx <= MAX_CTX:
@@ -178,15 +179,18 @@ def _model_summary(model: ResolvedModel, rt: Runtime) -> dict[str, Any]:
             "kv_type": rt.kv_type, "runtime_dtype": rt.runtime_dtype}
 
 
-def _shape(options: FitOptions, kv_type: str) -> Shape:
-    return Shape(ctx=options.ctx, batch=options.batch, kv_type=kv_type)  # bench's batches
+def _shape(options: FitOptions, kv_type: str, spec: ModelSpec) -> Shape:
+    rule, full = options.rules.window_cells, options.swa_full
+    window = (lambda s: rule(spec, s, full)) if rule and spec.windowed_layers() else None
+    return Shape(ctx=options.ctx, batch=options.batch, kv_type=kv_type,  # bench's batches
+                 window_rule=window)
 
 
 def _device_row(model: ResolvedModel, host: HostProfile, options: FitOptions,
                 budget: Budget, ram: Budget) -> tuple[DeviceFit, Runtime, list[QuantSpec]]:
     rules = options.rules
     rt = rules.runtime(model, host, budget.kind, options.kv_type)
-    case = Case(rt.spec, _shape(options, rt.kv_type), rules)
+    case = Case(rt.spec, _shape(options, rt.kv_type, rt.spec), rules)
     quants = [rules.quant(model, rt, q) for q in rules.quants]
     quant_cases = {q.quant: case.with_spec(q.spec) for q in quants}
     row = evaluate(case, budget, ram, quant_cases, rt)
@@ -262,6 +266,7 @@ def _notes(runtimes: list[Runtime], options: FitOptions) -> list[str]:
     notes = list(dict.fromkeys(n for rt in runtimes for n in rt.notes))  # once each, in order
     s = runtimes[0].spec
     notes += _moe_note(s)
+    notes += _window_note(s, options)
     if s.ctx_max and options.ctx > s.ctx_max:
         notes.append(f"--ctx {options.ctx} is beyond the model's trained context ({s.ctx_max})")
     if options.batch > 1:
@@ -269,6 +274,24 @@ def _notes(runtimes: list[Runtime], options: FitOptions) -> list[str]:
                      f"{options.ctx} tokens each; predictions are for one sequence")
     notes.append("plan from metadata only: no weights were loaded or written")
     return notes
+
+
+def _window_note(spec: ModelSpec, options: FitOptions) -> list[str]:
+    """How the sliding-window layers' KV cache is sized, when the model has them."""
+    n = spec.windowed_layers()
+    if not n:
+        return []
+    shape = _shape(options, options.kv_type or "f16", spec)
+    cells = shape.window_cells
+    held = f"{cells:,} cells each" if cells is not None else f"the full {shape.n_kv:,} cells"
+    if options.swa_full:
+        flag = " (--swa-full)"
+    elif options.backend == "llamacpp":
+        flag = " (--swa-full: the full context)"
+    else:
+        flag = "" if cells is not None else " (this backend keeps every position)"
+    return [f"{n} of {spec.n_layers} layers see only the last {spec.sliding_window:,} "
+            f"positions: their KV cache holds {held}{flag}"]
 
 
 def _add_predictions(report: FitReport, runtimes: dict[str, Runtime],

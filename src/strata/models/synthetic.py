@@ -216,7 +216,8 @@ class SyntheticModel:
             vocab=p.vocab, ctx_max=p.ctx_max, tied_embeddings=p.tied_embeddings,
             tensors=[t.info() for t in tensors], source="synthetic", notes=notes,
             n_experts=p.n_experts, n_experts_used=p.n_experts_used, expert_ffn=p.expert_ffn,
-            file_type=FTYPE_NAMES[QUANTS[self.quant].file_type])
+            file_type=FTYPE_NAMES[QUANTS[self.quant].file_type],
+            sliding_window=p.sliding_window)
 
     def gguf_spec(self) -> ModelSpec:
         if QUANTS[self.quant].mix:

@@ -125,7 +125,16 @@ def _fit() -> BackendRules:
     quants = tuple(q for q in QUANTS if reads(q))
     cpu, gpu = _rules()
     return BackendRules("lab", (KV_TYPE,), quants, False, {"cpu": cpu, "gpu": gpu}, _runtime,
-                        _quant, sections=fit_sections, moe=False)
+                        _quant, sections=fit_sections, moe=False, window_cells=_window_cells)
+
+
+def _window_cells(spec: ModelSpec, shape: Shape, _swa_full: bool) -> int | None:
+    """The lab's windowed cache (strata.engine.executor.Cache): window - 1 + one chunk of
+    UBATCH positions, never more than the cache's capacity (the context in whole steps of
+    256 positions, as -B lab allocates it: n_kv)."""
+    if not spec.sliding_window:
+        return None
+    return min(shape.n_kv, spec.sliding_window - 1 + UBATCH)
 
 
 # quality: the GGUF as stored, on the CPU; the context sized to --ctx

@@ -50,12 +50,14 @@ def _quant(model: ResolvedModel, rt: Runtime, quant: str) -> QuantSpec:
 
 def _fit() -> BackendRules:
     from strata.fit.backends import BackendRules
-    from strata.fit.memory import LLAMACPP_CPU, LLAMACPP_GPU
-    from strata.models.mixes import MIXES
 
     # what users choose between: llama.cpp's mixes, sized by its per-tensor rules
+    from strata.fit.memory import LLAMACPP_CPU, LLAMACPP_GPU, llamacpp_window_cells
+    from strata.models.mixes import MIXES
+
     return BackendRules("llamacpp", ("f16", "q8_0", "q4_0"), tuple(MIXES), True,
-                        {"cpu": LLAMACPP_CPU, "gpu": LLAMACPP_GPU}, _runtime, _quant)
+                        {"cpu": LLAMACPP_CPU, "gpu": LLAMACPP_GPU}, _runtime, _quant,
+                        window_cells=llamacpp_window_cells)
 
 
 # quality: the GGUF as llama.cpp runs it (quantised kernels, f16 KV cache: its defaults),

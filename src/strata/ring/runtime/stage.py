@@ -49,9 +49,16 @@ def stage_bytes(spec: ModelSpec, first: int, last: int, ctx: int, ops: str = DEF
     """(weight bytes as the stage holds them, float32 KV-cache bytes at `ctx` positions) of
     layers [first, last), from the spec alone (no tensor read): what a planner or a memory
     cap checks before anything is loaded. Lab ops hold a GGUF as stored; torch ops, and
-    any Hugging Face folder, float32."""
+    any Hugging Face folder, float32. A sliding-window layer's cache holds its window (the
+    executor's windowed rows), any other layer's the whole context."""
+    from strata.engine.executor import Cache
+
     as_float = ops == "torch" or spec.source == "hf"
-    kv = 2 * (last - first) * spec.n_kv_heads * spec.head_dim * ctx * FLOAT_BYTES
+    a = arch_registry.find(spec.arch)
+    rows = sum(Cache.rows(ctx, spec.sliding_window)
+               if a is not None and a.windowed(i, spec.sliding_window) else ctx
+               for i in range(first, last))
+    kv = 2 * rows * spec.n_kv_heads * spec.head_dim * FLOAT_BYTES
     return range_bytes(spec, first, last, as_float), kv
 
 
