@@ -245,3 +245,79 @@ def test_ring_matches_llama_cpp(ring: LocalRing, files: dict[str, Path], preset:
           f"(bound {bound:.1e}); tokens equal: {res['tokens'] == want}")
     assert res["tokens"] == want
     assert err <= bound
+
+
+# -- architectures strata's engine does not run -------------------------------------------------
+
+
+def write_foreign(path: Path, arch_name: str, heads: int, ssm: bool = False) -> Path:
+    """A small GGUF of another architecture (metadata and tensors as its converter names
+    them), with the synthetic vocabulary; llama.cpp's loader is not needed to refuse it."""
+    import gguf
+
+    from strata.models.synthetic_vocab import vocab_tokens
+
+    w = gguf.GGUFWriter(path, arch_name)
+    w.add_block_count(2)
+    w.add_embedding_length(64)
+    w.add_feed_forward_length(128)
+    w.add_head_count(heads)
+    w.add_context_length(512)
+    if ssm:
+        w.add_ssm_conv_kernel(4)
+        w.add_ssm_inner_size(128)
+        w.add_ssm_state_size(16)
+    texts, types, scores = vocab_tokens(512)
+    w.add_tokenizer_model("llama")
+    w.add_token_list(texts)
+    w.add_token_types(types)
+    w.add_token_scores(scores)
+    rng = np.random.default_rng(0)
+    w.add_tensor("token_embd.weight", rng.standard_normal((512, 64), dtype=np.float32))
+    for i in range(2):
+        w.add_tensor(f"blk.{i}.attn_qkv.weight" if not ssm else f"blk.{i}.ssm_in.weight",
+                     rng.standard_normal((192 if not ssm else 256, 64), dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+def test_an_architecture_strata_cannot_run_is_one_line_naming_llama_cpp(
+        home: Path, tmp_path: Path) -> None:
+    from strata.ring.runtime.stage import Stage
+    from tests.conftest import run_cli
+
+    bert = write_foreign(tmp_path / "bert.gguf", "bert", heads=4)
+    for backend in ("lab", "torch"):
+        r = run_cli("bench", str(bert), "-B", backend, "-p", "8", "-n", "1", "-r", "1",
+                    home=home)
+        assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+        assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+        assert "bert" in r.stderr and "llamacpp" in r.stderr
+    with pytest.raises(Exception, match=r"strata ring runs the .*gemma3.* not bert.*llamacpp"):
+        Stage.load(str(bert), 0, 1)
+    # fit still plans it from its metadata, saying which figures are estimates
+    r = run_cli("fit", str(bert), "--ctx", "256", "--json", home=home)
+    assert r.returncode == 0, r.stderr
+    import json
+
+    out = json.loads(r.stdout)
+    assert out["devices"][0]["weights_bytes"] == bert.stat().st_size - _header_bytes(bert)
+    assert any("bert: not an architecture strata's engine runs" in n and "estimates" in n
+               for n in out["notes"])
+    # a recurrent model has no attention to size: one line, and what runs it
+    mamba = write_foreign(tmp_path / "mamba.gguf", "mamba", heads=0, ssm=True)
+    r = run_cli("fit", str(mamba), home=home)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "mamba has no attention heads (a recurrent (state-space) model)" in r.stderr
+    assert "llamacpp" in r.stderr
+
+
+def _header_bytes(path: Path) -> int:
+    """Bytes before the tensor data (header, metadata, tensor infos, alignment)."""
+    from strata.models.gguf import scan_or_input_error
+
+    layout, _ = scan_or_input_error(path)
+    return layout.data_offset

@@ -267,6 +267,7 @@ def _notes(runtimes: list[Runtime], options: FitOptions) -> list[str]:
     s = runtimes[0].spec
     notes += _moe_note(s)
     notes += _window_note(s, options)
+    notes += _undeclared_note(s)
     if s.ctx_max and options.ctx > s.ctx_max:
         notes.append(f"--ctx {options.ctx} is beyond the model's trained context ({s.ctx_max})")
     if options.batch > 1:
@@ -274,6 +275,17 @@ def _notes(runtimes: list[Runtime], options: FitOptions) -> list[str]:
                      f"{options.ctx} tokens each; predictions are for one sequence")
     notes.append("plan from metadata only: no weights were loaded or written")
     return notes
+
+
+def _undeclared_note(spec: ModelSpec) -> list[str]:
+    """An architecture strata's engine does not declare: which figures are still exact."""
+    from strata.models import arch
+
+    if spec.source != "gguf" or arch.find(spec.arch) is not None:
+        return []
+    return [f"{spec.arch}: not an architecture strata's engine runs (llama.cpp may: "
+            "--backend llamacpp): the weights are exact (the file's tensors), the KV cache "
+            "and buffers are estimates, sized as a decoder's with these heads"]
 
 
 def _window_note(spec: ModelSpec, options: FitOptions) -> list[str]:

@@ -434,7 +434,11 @@ def spec_from_layout(path: Path, layout: Layout,
                for t, s in pairs]
     hidden, n_heads = meta.count("embedding_length"), meta.count("attention.head_count")
     if n_heads == 0:
-        raise InputError(f"MODEL {path}: GGUF metadata {meta.arch}.attention.head_count is 0")
+        kind = "a recurrent (state-space) model" if any(k.startswith(f"{meta.arch}.ssm.")
+                                                         for k in kv) else "no attention"
+        raise InputError(f"MODEL {path}: {meta.arch} has no attention heads ({kind}): strata "
+                         "sizes and runs attention models only; llama.cpp runs it "
+                         "(strata bench MODEL --backend llamacpp)")
     notes = []
     ffn = meta.count("feed_forward_length", 0)
     if ffn == 0:

@@ -103,8 +103,9 @@ def get(name: object, where: str = "strata's engine") -> Arch:
     """The architecture `name`; InputError naming the ones that exist."""
     arch = find(name)
     if arch is None:
-        raise InputError(f"{where} runs the {', '.join(names())} architectures, not {name} "
-                         f"(add one: docs/architecture.md §11.6)")
+        raise InputError(f"{where} runs the {', '.join(names())} architectures, not {name}: "
+                         "llama.cpp runs GGUF files of many more (--backend llamacpp), or "
+                         "declare it (docs/architecture.md §11.6)")
     return arch
 
 
