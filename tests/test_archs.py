@@ -42,6 +42,7 @@ from tests.seed_host import seed_host
 from tests.test_gguf_torch import lab_greedy, llama_cpp_greedy, llama_cpp_logits
 
 PRESETS = ("tiny-qwen3", "tiny-llama3", "tiny-gemma3")
+MOE = ("tiny-moe", "tiny-mixtral")  # qwen3moe and Mixtral (llama with experts) on the lab
 IDS = [1, 37, 290, 5, 77, 411, 98, 12, 300, 64, 129, 7, 255, 18, 333, 90] * 3  # 48 > 16
 BOUND = {"tiny-gemma3": 5e-4}  # see the module docstring; the others 1e-4
 KL_BOUND = 1e-6
@@ -61,7 +62,8 @@ def home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 def files(home: Path) -> dict[str, Path]:
     out = {p: resolve(f"synthetic:{p}@f32").path("gguf", "llamacpp") for p in PRESETS}
     out.update({f"{p}@q8_0": resolve(f"synthetic:{p}@q8_0").path("gguf", "llamacpp")
-                for p in PRESETS})
+                for p in PRESETS + MOE})
+    out.update({p: resolve(f"synthetic:{p}@f32").path("gguf", "llamacpp") for p in MOE})
     return out
 
 
@@ -162,6 +164,27 @@ def test_hf_folders_load_in_transformers_with_every_tensor(home: Path, preset: s
     with torch.no_grad():
         logits = lm(torch.tensor([IDS[:8]])).logits
     assert torch.isfinite(logits).all() and logits.std() > 0
+
+
+@pytest.mark.parametrize("preset", MOE)
+def test_routed_experts_run_on_lab_kernels_like_llama_cpp(files: dict[str, Path],
+                                                          reference: dict[str, Any],
+                                                          preset: str) -> None:
+    """-B lab on mixture-of-experts files: the router on the lab's linear kernel, each
+    token's experts multiplied as stored (f32 and q8_0 blocks), the rest never read. The
+    same bounds as dense files (the ring's MoE test shows these presets have no routing
+    near-ties at these positions)."""
+    import strata.lab
+
+    model = strata.lab.load(files[preset], "cpu", n_ctx=64)
+    assert {"linear_f32"} <= set(model.kernels.choices)
+    want = reference[preset]
+    err = float(rel_err(engine_logits(files[preset], "lab", IDS), want).max())
+    kl = max_kl(reference[f"{preset}@q8_0"], engine_logits(files[f"{preset}@q8_0"], "lab", IDS))
+    print(f"\n{preset} lab: f32 max error / scale {err:.1e}; q8_0 max KL {kl:.1e}")
+    assert err <= 1e-4 and kl <= KL_BOUND
+    want_tokens, _ = llama_cpp_greedy(files[preset], IDS[:4], 16)
+    assert lab_greedy(files[preset], IDS[:4], 16)[0] == want_tokens
 
 
 def test_ignoring_the_window_breaks_exactly_the_positions_past_it(

@@ -12,17 +12,13 @@ checked against a real llama.cpp bench of the tiny MoE.
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from strata.backends.base import LoadConfig
-from strata.backends.lab import LabBackend
 from strata.bench.explain import explain
 from strata.bench.scenario import BenchTest
-from strata.errors import InputError
 from strata.fit import NO, PARTIAL, EtaHistory, FitOptions, fit_model
 from strata.fit.memory import Shape, llamacpp_reserved, whole
 from strata.fit.weights import requantised
@@ -213,21 +209,14 @@ def test_llamacpp_bench_of_the_tiny_moe_stores_the_hand_bytes_per_token(tmp_path
     assert any("active experts 2 of 8" in n for n in record["notes"])
 
 
-# -- the lab backend refuses MoE in one line --------------------------------------------------
+# -- the lab backend plans MoE like the others ----------------------------------------------
 
 
-def test_lab_refuses_a_moe_model_in_one_line(strata_home: Path) -> None:
-    with pytest.raises(InputError, match=re.escape("mixture-of-experts model (4 experts, 2 per "
-                                                   "token): -B lab runs dense models only")):
-        LabBackend().load(resolve("synthetic:tiny-mixtral@f16"), LoadConfig())
-    import torch
-
-    from strata.lab.weights import read_weights
-
-    path = parse_ref("synthetic:tiny-mixtral@f16").gguf_path()  # arch llama, with experts
-    with pytest.raises(InputError, match=re.escape("mixture-of-experts model (4 experts")):
-        read_weights(path, torch.device("cpu"))
-    proc = run_cli("fit", "synthetic:tiny-moe@f16", "-B", "lab", home=strata_home)
-    assert proc.returncode == 2
-    assert "-B lab does not run mixture-of-experts models" in proc.stderr
-    assert len(proc.stderr.strip().splitlines()) == 1
+def test_lab_plans_a_moe_model(strata_home: Path) -> None:
+    """-B lab runs routed experts (tests/test_archs.py checks its logits against
+    llama.cpp's); fit plans it with every expert held, as stored."""
+    proc = run_cli("fit", "synthetic:tiny-moe@f16", "-B", "lab", "--json", home=strata_home)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["devices"][0]["weights_bytes"] == parse_ref("synthetic:tiny-moe@f16") \
+        .gguf_spec().weight_bytes()

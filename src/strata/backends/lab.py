@@ -48,7 +48,6 @@ class LabBackend:
         import strata.lab
 
         self.close()
-        refuse_moe(model)
         self._model = strata.lab.load(model.path("gguf", "lab"), config.device,
                                       n_ctx=config.n_ctx or CTX_STEP, threads=config.threads)
         cfg = self._model.weights.config
@@ -158,16 +157,6 @@ class LabBackend:
             return []
         return [f"lab: no verified kernel here for {', '.join(fallback)}: torch's op stood in "
                 "(strata kernels verify OP)"]
-
-
-def refuse_moe(model: ResolvedModel) -> None:
-    """The lab has no routed-expert op: a mixture-of-experts model is refused in one line,
-    before a synthetic one is written or a file is read."""
-    spec = model.spec
-    if spec is not None and spec.is_moe:
-        raise InputError(f"MODEL {model.ref}: a mixture-of-experts model ({spec.n_experts} "
-                         f"experts, {spec.n_experts_used} per token): -B lab runs dense models "
-                         "only (no routed-expert op); use --backend llamacpp")
 
 
 def _capacity(tokens: int) -> int:

@@ -125,7 +125,7 @@ def _fit() -> BackendRules:
     quants = tuple(q for q in QUANTS if reads(q))
     cpu, gpu = _rules()
     return BackendRules("lab", (KV_TYPE,), quants, False, {"cpu": cpu, "gpu": gpu}, _runtime,
-                        _quant, sections=fit_sections, moe=False, window_cells=_window_cells)
+                        _quant, sections=fit_sections, window_cells=_window_cells)
 
 
 def _window_cells(spec: ModelSpec, shape: Shape, _swa_full: bool) -> int | None:
