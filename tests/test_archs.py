@@ -12,6 +12,8 @@ reference shares no code with strata: llama.cpp reads the file and runs its own 
     tiny-gemma3  √hidden embedding scale, q/k norms, post-attention and post-MLP norms,
                  tanh-GELU gated MLP, tied head; layers 0-4 and 6 see the last 16 positions
                  only (RoPE base 10 000), layer 5 everything (the file's base)
+    tiny-phi3    fused q/k/v and gate/up matrices, LongRoPE (short factors up to a 4096
+                 context, long ones past it, cos/sin scaled by the attention factor)
 
 Bounds: float32 files, logits within 1e-4 of the logit scale (both sides float32, sums in
 another order: measured ~3e-7) — except gemma3: llama.cpp's CPU GELU rounds its input and
@@ -39,9 +41,14 @@ from strata.models.source import resolve
 from strata.ring.runtime.local import LocalRing
 from tests.conftest import local_ring, ring_drive
 from tests.seed_host import seed_host
-from tests.test_gguf_torch import lab_greedy, llama_cpp_greedy, llama_cpp_logits
+from tests.test_gguf_torch import (
+    lab_greedy,
+    llama_cpp_greedy,
+    llama_cpp_logits,
+    quiet_stderr,
+)
 
-PRESETS = ("tiny-qwen3", "tiny-llama3", "tiny-gemma3")
+PRESETS = ("tiny-qwen3", "tiny-llama3", "tiny-gemma3", "tiny-phi3")
 MOE = ("tiny-moe", "tiny-mixtral")  # qwen3moe and Mixtral (llama with experts) on the lab
 IDS = [1, 37, 290, 5, 77, 411, 98, 12, 300, 64, 129, 7, 255, 18, 333, 90] * 3  # 48 > 16
 BOUND = {"tiny-gemma3": 5e-4}  # see the module docstring; the others 1e-4
@@ -143,7 +150,8 @@ def test_backend_torch_runs_each_architecture_like_llama_cpp(files: dict[str, Pa
 
 @pytest.mark.parametrize(("preset", "cls"), [("tiny-qwen3", "Qwen3ForCausalLM"),
                                              ("tiny-gemma3", "Gemma3ForCausalLM"),
-                                             ("tiny-llama3", "LlamaForCausalLM")])
+                                             ("tiny-llama3", "LlamaForCausalLM"),
+                                             ("tiny-phi3", "Phi3ForCausalLM")])
 def test_hf_folders_load_in_transformers_with_every_tensor(home: Path, preset: str,
                                                            cls: str) -> None:
     """The synthetic Hugging Face folder of each preset: transformers' class, no tensor
@@ -185,6 +193,35 @@ def test_routed_experts_run_on_lab_kernels_like_llama_cpp(files: dict[str, Path]
     assert err <= 1e-4 and kl <= KL_BOUND
     want_tokens, _ = llama_cpp_greedy(files[preset], IDS[:4], 16)
     assert lab_greedy(files[preset], IDS[:4], 16)[0] == want_tokens
+
+
+def test_longrope_past_the_original_context_uses_the_long_factors(
+        files: dict[str, Path], reference: dict[str, Any]) -> None:
+    """llama.cpp rotates Phi-3 with the long factors when its context exceeds the original
+    4096 positions, whatever the prompt's length; the engine picks them by the same rule
+    (its cache's capacity). The logits at a 4352-position context differ from the short
+    ones' (so the choice is exercised) and match llama.cpp's there."""
+    from llama_cpp import Llama
+
+    path, ctx = files["tiny-phi3"], 4352
+    with quiet_stderr():
+        llm = Llama(model_path=str(path), n_ctx=ctx, n_batch=64, n_ubatch=64, logits_all=True,
+                    type_k=0, type_v=0, n_threads=2, verbose=False)
+        try:
+            llm.eval(IDS)
+            want = np.array(llm.scores[:len(IDS)], dtype=np.float32)
+        finally:
+            llm.close()
+    assert float(rel_err(reference["tiny-phi3"], want).max()) > 10 * 1e-4  # measured 2.9e-3
+    for ops in ("lab", "torch"):
+        ex = load(path, ops=ops)
+        ex.reset(ctx)
+        with torch.inference_mode():
+            got = ex.forward(torch.tensor(IDS), 0)
+        assert got is not None
+        err = float(rel_err(got.numpy(), want).max())
+        print(f"\ntiny-phi3 {ops} at a {ctx} context (long factors): error / scale {err:.1e}")
+        assert err <= 1e-4
 
 
 def test_ignoring_the_window_breaks_exactly_the_positions_past_it(
@@ -254,6 +291,7 @@ def ring() -> Iterator[LocalRing]:
     ("tiny-qwen3", 2, "lab"), ("tiny-qwen3", 3, "torch"),
     ("tiny-llama3", 2, "torch"), ("tiny-llama3", 3, "lab"),
     ("tiny-gemma3", 2, "lab"), ("tiny-gemma3", 3, "torch"),
+    ("tiny-phi3", 2, "torch"), ("tiny-phi3", 3, "lab"),
 ])
 def test_ring_matches_llama_cpp(ring: LocalRing, files: dict[str, Path], preset: str,
                                 world: int, ops: str) -> None:

@@ -162,8 +162,8 @@ class Executor:
             self.cache = Cache.allocate((s.n_kv_heads, capacity, s.head_dim), windowed,
                                         self.window, self.chunk, self.device)
             config = self.weights.config
-            self.rope = Rope.build(s.head_dim, config, self.weights.rope_freqs, capacity,
-                                   self.device)
+            self.rope = Rope.build(s.head_dim, config, self.weights.frequency_factors(capacity),
+                                   capacity, self.device)
             base = self.weights.arch.swa_rope_base
             self.rope_windowed = self.rope if base is None else Rope.build(
                 s.head_dim, {**config, "rope_theta": base, "rope_scaling": None}, None,

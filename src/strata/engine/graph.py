@@ -124,9 +124,10 @@ def attention(net: Net, i: int, h: torch.Tensor, cos: torch.Tensor, sin: torch.T
               kv: KV | None) -> torch.Tensor:
     s, lead, t = net.shape, h.shape[:-2], h.shape[-2]
     d = s.head_dim
-    q = head_norm(net, i, "q_norm", proj(net, i, "q", h).view(*lead, t, s.n_heads, d))
-    k = head_norm(net, i, "k_norm", proj(net, i, "k", h).view(*lead, t, s.n_kv_heads, d))
-    v = proj(net, i, "v", h).view(*lead, t, s.n_kv_heads, d)
+    q, k, v = qkv(net, i, h)
+    q = head_norm(net, i, "q_norm", q.reshape(*lead, t, s.n_heads, d))
+    k = head_norm(net, i, "k_norm", k.reshape(*lead, t, s.n_kv_heads, d))
+    v = v.reshape(*lead, t, s.n_kv_heads, d)
     q, k = net.ops.rope(q, cos, sin), net.ops.rope(k, cos, sin)
     if kv is None:  # causal over these T keys alone: [..., Hkv, T, D]
         keys, values, pos, pos_t, window = k.transpose(-3, -2), v.transpose(-3, -2), 0, None, 0
@@ -140,9 +141,21 @@ def attention(net: Net, i: int, h: torch.Tensor, cos: torch.Tensor, sin: torch.T
                           net.w(i, "o"))
 
 
+def qkv(net: Net, i: int, h: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """The q, k and v projections of h: three matrices, or one fused (phi3's attn_qkv)."""
+    if "qkv" not in net.roles:
+        return proj(net, i, "q", h), proj(net, i, "k", h), proj(net, i, "v", h)
+    s = net.shape
+    sizes = [s.n_heads * s.head_dim, s.n_kv_heads * s.head_dim, s.n_kv_heads * s.head_dim]
+    return proj(net, i, "qkv", h).split(sizes, dim=-1)
+
+
 def mlp(net: Net, i: int, h: torch.Tensor) -> torch.Tensor:
-    gate = net.ops.linear(h, net.w(i, "gate"))
-    up = net.ops.linear(h, net.w(i, "up"))
+    if "gate_up" in net.roles:  # phi3: one matrix, the gate's rows first
+        gate, up = net.ops.linear(h, net.w(i, "gate_up")).chunk(2, dim=-1)
+    else:
+        gate = net.ops.linear(h, net.w(i, "gate"))
+        up = net.ops.linear(h, net.w(i, "up"))
     return net.ops.linear(net.ops.glu(net.arch.activation, gate, up), net.w(i, "down"))
 
 

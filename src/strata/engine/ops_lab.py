@@ -145,6 +145,7 @@ class LabOps:
         return out
 
     def glu(self, activation: str, gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+        gate = gate.contiguous()  # phi3's halves of one fused output are strided views
         out = torch.empty_like(gate)
-        self.kernels.call(GLU_OPS[activation], out, gate.contiguous(), up.contiguous())
+        self.kernels.call(GLU_OPS[activation], out, gate, up.contiguous())
         return out

@@ -1,8 +1,9 @@
 """RoPE tables: cos/sin [C, D/2] for every position up to a cache's capacity, computed once.
 
 Angles in float64 then rounded to float32, so late positions keep their precision. Llama 3.x
-frequency factors (rope_freqs.weight) divide the frequencies, as ggml's rope does; linear
-scaling divides them by its factor.
+frequency factors (rope_freqs.weight, or Phi-3's LongRoPE factors) divide the frequencies, as
+ggml's rope does; linear scaling divides them by its factor; an attention factor (Phi-3's
+{arch}.rope.scaling.attn_factor) multiplies every cos and sin, as ggml_rope_ext's attn_factor.
 """
 
 from __future__ import annotations
@@ -38,5 +39,6 @@ class Rope:
         if scaling.get("rope_type") == "linear":
             inv = inv / float(scaling["factor"])
         angles = torch.arange(positions, dtype=torch.float64)[:, None] * inv[None, :]
-        return cls(angles.cos().float().to(device).contiguous(),
-                   angles.sin().float().to(device).contiguous())
+        mscale = float(config.get("rope_attn_factor") or 1.0)
+        return cls((angles.cos() * mscale).float().to(device).contiguous(),
+                   (angles.sin() * mscale).float().to(device).contiguous())

@@ -23,9 +23,9 @@ import torch
 
 from strata.errors import InputError
 from strata.models import arch as arch_registry
-from strata.models.arch.spec import ROPE_FREQS, Arch
+from strata.models.arch.spec import ROPE_FREQS, ROPE_LONG, ROPE_SHORT, ROPE_TENSORS, Arch
 from strata.models.gguf import Shard, scan_or_input_error, shards, spec_from_layout
-from strata.models.gguf_torch import llama_config, rule_of, unpermute_rows
+from strata.models.gguf_torch import float_key, llama_config, rule_of, unpermute_rows
 from strata.models.spec import OUTPUT, TOKEN_EMBD, ModelSpec, TensorInfo
 
 OUTPUT_NORM = "output_norm.weight"
@@ -66,10 +66,20 @@ class ModelWeights:
     last: int
     tensors: dict[str, Stored] = field(default_factory=dict)
     rope_freqs: np.ndarray | None = None
+    rope_factors: dict[str, np.ndarray] = field(default_factory=dict)  # LongRoPE long/short
 
     @property
     def moe(self) -> bool:
         return self.spec.is_moe
+
+    def frequency_factors(self, capacity: int) -> np.ndarray | None:
+        """What divides the rotary frequencies of a `capacity`-position cache: Llama 3's
+        rope_freqs, or Phi-3's LongRoPE factors as llama.cpp picks them (the long ones when
+        the context exceeds the original one)."""
+        if self.rope_factors:
+            long = capacity > int(self.config.get("rope_original_ctx") or 0)
+            return self.rope_factors.get(ROPE_LONG if long else ROPE_SHORT)
+        return self.rope_freqs
 
     def head(self) -> Stored:
         """The output head: output.weight, or token_embd tied to it (llama.cpp's rule)."""
@@ -88,7 +98,7 @@ def wanted(name: str, first: int, last: int, n_layers: int, tied: bool) -> bool:
         return first == 0 or (tied and last == n_layers)
     if name in (OUTPUT_NORM, OUTPUT):
         return last == n_layers
-    return name == ROPE_FREQS  # every range rotates its own queries and keys
+    return name in ROPE_TENSORS  # every range rotates its own queries and keys
 
 
 def held_bytes(t: TensorInfo, as_float: bool) -> int:
@@ -102,7 +112,7 @@ def held_bytes(t: TensorInfo, as_float: bool) -> int:
 def range_bytes(spec: ModelSpec, first: int, last: int, as_float: bool = False) -> int:
     """Weight bytes the range [first, last) holds, from the spec alone (nothing read)."""
     return sum(held_bytes(t, as_float) for t in spec.tensors
-               if t.name != ROPE_FREQS
+               if t.name not in ROPE_TENSORS
                and wanted(t.name, first, last, spec.n_layers, spec.tied_embeddings))
 
 
@@ -137,6 +147,9 @@ def read_range(path: Path, first: int | None, last: int | None, device: torch.de
             if t.name == ROPE_FREQS:
                 out.rope_freqs = _floats(path, shard, i).reshape(-1).copy()
                 continue
+            if t.name in (ROPE_LONG, ROPE_SHORT):
+                out.rope_factors[t.name] = _floats(path, shard, i).reshape(-1).copy()
+                continue
             out.tensors[t.name] = _stored(path, shard, i, spec, arch, device)
     vocab = next((x.shape[0] for x in spec.tensors if x.name == TOKEN_EMBD), 0)
     if vocab == 0:
@@ -148,6 +161,11 @@ def read_range(path: Path, first: int | None, last: int | None, device: torch.de
     out.config["expert_weights_norm"] = bool(
         layout.kv.get(f"{spec.arch}.expert_weights_norm", True))
     out.config["sliding_window"] = sliding_window(path, layout.kv, spec.arch)
+    # Phi-3's LongRoPE: the context its short factors are for, and the cos/sin scale
+    out.config["rope_original_ctx"] = layout.kv.get(
+        f"{spec.arch}.rope.scaling.original_context_length")
+    out.config["rope_attn_factor"] = float_key(layout.kv,
+                                               f"{spec.arch}.rope.scaling.attn_factor", 1.0)
     return out
 
 

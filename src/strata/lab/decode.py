@@ -41,14 +41,16 @@ Call = tuple[str, Callable[[], Any]]  # (op, bound kernel call)
 class Buffers:
     x: torch.Tensor  # [1, hidden] the residual stream
     h: torch.Tensor  # [1, hidden] a normalised copy
-    q: torch.Tensor  # [1, H*D]
+    qkv: torch.Tensor  # [1, (H + 2 Hkv) D]: q, k, v side by side (phi3 fills it at once)
+    q: torch.Tensor  # [1, H*D], a view of qkv
     k: torch.Tensor  # [1, Hkv*D]
     v: torch.Tensor
     qr: torch.Tensor  # [1, H, D] = [H, 1, D] after rope
     kr: torch.Tensor  # [1, Hkv, D]
     o: torch.Tensor  # [H, 1, D] = [1, H*D]
     proj: torch.Tensor  # [1, hidden] attention or MLP output
-    gate: torch.Tensor  # [1, ffn]
+    gate_up: torch.Tensor  # [1, 2 ffn]: gate, up side by side (phi3 fills it at once)
+    gate: torch.Tensor  # [1, ffn], a view of gate_up
     up: torch.Tensor
     act: torch.Tensor
     cos: torch.Tensor  # [1, D/2] this position's rope row
@@ -67,11 +69,13 @@ class Buffers:
         def z(*shape: int) -> torch.Tensor:
             return torch.zeros(shape, dtype=torch.float32, device=dev)
 
-        d = s.head_dim
-        return cls(x=z(1, s.hidden), h=z(1, s.hidden), q=z(1, s.n_heads * d),
-                   k=z(1, s.n_kv_heads * d), v=z(1, s.n_kv_heads * d),
+        d, hd, kvd = s.head_dim, s.n_heads * s.head_dim, s.n_kv_heads * s.head_dim
+        qkv, gate_up = z(1, hd + 2 * kvd), z(1, 2 * s.ffn)
+        return cls(x=z(1, s.hidden), h=z(1, s.hidden), qkv=qkv, q=qkv[:, :hd],
+                   k=qkv[:, hd:hd + kvd], v=qkv[:, hd + kvd:],
                    qr=z(1, s.n_heads, d), kr=z(1, s.n_kv_heads, d), o=z(s.n_heads, 1, d),
-                   proj=z(1, s.hidden), gate=z(1, s.ffn), up=z(1, s.ffn), act=z(1, s.ffn),
+                   proj=z(1, s.hidden), gate_up=gate_up, gate=gate_up[:, :s.ffn],
+                   up=gate_up[:, s.ffn:], act=z(1, s.ffn),
                    cos=z(1, d // 2), sin=z(1, d // 2), cos_w=z(1, d // 2), sin_w=z(1, d // 2),
                    qn=z(s.n_heads, d), kn=z(s.n_kv_heads, d), post=z(1, s.hidden),
                    logits=z(1, m.vocab))
@@ -145,16 +149,21 @@ class DecodeStep:
                             m._row_t, **scale, window=float(cache.window)) if windowed else \
             self._bind("attention_cached", b.o, b.qr.view(h, 1, d), cache.k[local],
                        cache.v[local], m._pos_t, **scale)
+        fused = "qkv" in net.roles  # phi3: one matrix each for q/k/v and for gate/up
+        projections = [self._linear(b.qkv, b.h, net.w(i, "qkv"))] if fused else \
+            [self._linear(out, b.h, net.w(i, r)) for out, r in ((b.q, "q"), (b.k, "k"),
+                                                                 (b.v, "v"))]
+        gate_up = [self._linear(b.gate_up, b.h, net.w(i, "gate_up"))] \
+            if "gate_up" in net.roles else [self._linear(b.gate, b.h, net.w(i, "gate")),
+                                            self._linear(b.up, b.h, net.w(i, "up"))]
         return LayerCalls(
             qkv=[self._bind("rmsnorm", b.h, b.x, net.w(i, "attn_norm"), eps=self._eps),
-                 self._linear(b.q, b.h, net.w(i, "q")), self._linear(b.k, b.h, net.w(i, "k")),
-                 self._linear(b.v, b.h, net.w(i, "v"))],
+                 *projections],
             biases=tuple(net.opt(i, f"{n}_bias") for n in "qkv"),
             rope=rope,
             attend=[attend, self._linear(b.proj, b.o.view(1, h * d), net.w(i, "o"))],
             mlp=[self._bind("rmsnorm", b.h, b.x, net.w(i, "ffn_norm"), eps=self._eps),
-                 self._linear(b.gate, b.h, net.w(i, "gate")),
-                 self._linear(b.up, b.h, net.w(i, "up")),
+                 *gate_up,
                  self._bind(GLU_OPS[m.weights.arch.activation], b.act, b.gate, b.up),
                  self._linear(b.proj, b.act, net.w(i, "down"))],
             post_attn=self._post(i, "attn_post_norm"), post_mlp=self._post(i, "ffn_post_norm"),

@@ -85,7 +85,7 @@ class GgufWeights:
 # -- metadata --------------------------------------------------------------------------------
 
 
-def _float(kv: dict[str, Any], key: str, default: float) -> float:
+def float_key(kv: dict[str, Any], key: str, default: float) -> float:
     value = kv.get(key, default)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise InputError(f"GGUF metadata {key} = {value!r} is not a number")
@@ -103,7 +103,7 @@ def _token_id(kv: dict[str, Any], key: str, vocab: int) -> int | None:
 
 def _rope_scaling(path: Path, kv: dict[str, Any], arch: str) -> dict[str, Any] | None:
     kind = kv.get(f"{arch}.rope.scaling.type", "none")
-    factor = _float(kv, f"{arch}.rope.scaling.factor", 0.0)
+    factor = float_key(kv, f"{arch}.rope.scaling.factor", 0.0)
     if kind == "none" or (kind == "linear" and factor in (0.0, 1.0)):
         return None
     if kind == "linear":
@@ -135,8 +135,8 @@ def llama_config(path: Path, spec: ModelSpec, kv: dict[str, Any], rule: ArchRule
         "head_dim": spec.head_dim,
         # 0 = the file does not say; nothing in the forward pass depends on it without scaling
         "max_position_embeddings": spec.ctx_max or 1 << 20,
-        "rms_norm_eps": _float(kv, f"{arch}.attention.layer_norm_rms_epsilon", 1e-5),
-        "rope_theta": _float(kv, f"{arch}.rope.freq_base", 10000.0),
+        "rms_norm_eps": float_key(kv, f"{arch}.attention.layer_norm_rms_epsilon", 1e-5),
+        "rope_theta": float_key(kv, f"{arch}.rope.freq_base", 10000.0),
         "rope_scaling": _rope_scaling(path, kv, arch),
         "tie_word_embeddings": spec.tied_embeddings,
         "attention_bias": biases,
@@ -233,11 +233,14 @@ def read_gguf_weights(path: Path) -> GgufWeights:
                                            for p in zip(s.layout.tensors, s.sizes, strict=True)])
     tensors: dict[str, np.ndarray] = {}
     stored: dict[str, str] = {}
-    rope_freqs = None
+    rope_freqs, longrope = None, {}
     for shard in files:
         for i, t in enumerate(shard.layout.tensors):
             if t.name == ROPE_FREQS:
                 rope_freqs = dequantize(path, shard, i)[0].reshape(-1)
+                continue
+            if t.name in _LONGROPE:
+                longrope[_LONGROPE[t.name]] = dequantize(path, shard, i)[0].reshape(-1).tolist()
                 continue
             name = hf_name(path, t.name, rule.names)
             values, stored[name] = dequantize(path, shard, i)
@@ -249,7 +252,29 @@ def read_gguf_weights(path: Path) -> GgufWeights:
         raise InputError(f"MODEL {path}: no 2-D token_embd.weight tensor")
     biases = any(n.endswith("_proj.bias") for n in tensors)
     config = llama_config(path, spec, layout.kv, rule, embd.shape[0], biases)
+    if longrope:
+        config.update(_longrope_config(path, spec, layout.kv, longrope))
     return GgufWeights(path, spec, rule, config, tensors, rope_freqs, stored)
+
+
+# Phi-3's LongRoPE factor tensors -> transformers' rope_scaling keys
+_LONGROPE = {"rope_factors_long.weight": "long_factor",
+             "rope_factors_short.weight": "short_factor"}
+
+
+def _longrope_config(path: Path, spec: ModelSpec, kv: dict[str, Any],
+                     factors: dict[str, list[float]]) -> dict[str, Any]:
+    """transformers' LongRoPE config from the GGUF's factor tensors: its attention factor
+    is √(1 + ln(max / original) / ln(original)), what Phi-3's converter wrote as
+    rope.scaling.attn_factor. transformers picks the long factors by sequence length,
+    llama.cpp by context size: the two agree while both stay within the original context."""
+    original = kv.get(f"{spec.arch}.rope.scaling.original_context_length")
+    if not isinstance(original, int) or original <= 0 or len(factors) != 2:
+        raise InputError(f"MODEL {path}: LongRoPE factors without both sets and "
+                         f"{spec.arch}.rope.scaling.original_context_length")
+    factor = (spec.ctx_max or original) / original
+    return {"rope_scaling": {"rope_type": "longrope", "factor": factor, **factors},
+            "original_max_position_embeddings": original}
 
 
 # -- the torch model -------------------------------------------------------------------------

@@ -39,7 +39,7 @@ from strata.models.mixes import FALLBACK, FTYPE_NAMES, MIXES
 from strata.models.presets import Preset, get_preset
 from strata.models.source import ResolvedModel, register
 from strata.models.spec import ModelSpec, TensorInfo
-from strata.models.synthetic_layout import add_arch_metadata, rope_factors
+from strata.models.synthetic_layout import add_arch_metadata, rope_values
 from strata.models.synthetic_layout import layout as _layout
 from strata.models.synthetic_moe import add_moe_metadata, per_expert
 
@@ -371,12 +371,12 @@ class RandomPool:
 
 
 def _stream_tensor(out: BinaryIO, t: TensorPlan, pool: RandomPool,
-                   values: np.ndarray | None = None) -> None:
-    """Write one tensor's bytes in chunks of whole blocks (`values`: its computed F32
-    values, for init "values")."""
+                   values: dict[str, np.ndarray] | None = None) -> None:
+    """Write one tensor's bytes in chunks of whole blocks (`values`: computed F32 tensors by
+    name, for init "values")."""
     if t.init == "values":
         assert values is not None and t.storage.name == "F32", t.name
-        out.write(np.ascontiguousarray(values, dtype=np.float32).tobytes())
+        out.write(np.ascontiguousarray(values[t.name], dtype=np.float32).tobytes())
         return
     fill = t.storage.ones if t.init == "ones" else t.storage.random
     if fill is None:
@@ -429,8 +429,8 @@ def _add_gguf_metadata(w: Any, model: SyntheticModel) -> None:
     add_arch_metadata(w, p)
 
 
-def _add_vocab(w: Any, vocab: int) -> None:
-    texts, types, scores = vocab_tokens(vocab)
+def _add_vocab(w: Any, vocab: int, arch: str) -> None:
+    texts, types, scores = vocab_tokens(vocab, arch)
     w.add_tokenizer_model("llama")  # SentencePiece-style: no merges, byte fallback
     w.add_token_list(texts)
     w.add_token_types(types)
@@ -451,7 +451,7 @@ def write_gguf(model: SyntheticModel, path: Path) -> None:
     writer = gguf.GGUFWriter(path, model.preset.arch)
     try:
         _add_gguf_metadata(writer, model)
-        _add_vocab(writer, model.preset.vocab)
+        _add_vocab(writer, model.preset.vocab, model.preset.arch)
         for t in tensors:
             # A non-uint8 dtype makes the writer take `shape` as element shape (PyTorch
             # order, it reverses it into GGUF's ne[]); raw_dtype is the stored type.
@@ -466,7 +466,7 @@ def write_gguf(model: SyntheticModel, path: Path) -> None:
             # Same placement as GGUFWriter.write_tensor_data: aligned start, padded end.
             _pad(out, writer.data_alignment)
             start = out.tell()
-            _stream_tensor(out, t, pool, rope_factors(model.preset))
+            _stream_tensor(out, t, pool, rope_values(model.preset))
             if out.tell() - start != t.nbytes:
                 raise OSError(f"{t.name}: wrote {out.tell() - start} bytes, not {t.nbytes}")
         _pad(out, writer.data_alignment)

@@ -40,6 +40,8 @@ HF_ARCHS: dict[str, HfArch] = {
                     {"use_sliding_window": False, "sliding_window": None}),
     "qwen3": HfArch("Qwen3ForCausalLM", "qwen3",
                     {"use_sliding_window": False, "sliding_window": None}),
+    "phi3": HfArch("Phi3ForCausalLM", "phi3", {"resid_pdrop": 0.0, "embd_pdrop": 0.0,
+                                                "attention_dropout": 0.0, "pad_token_id": None}),
     # Gemma's norms multiply by 1 + w: the written ones are 2 there (random weights anyway)
     "gemma3": HfArch("Gemma3ForCausalLM", "gemma3_text",
                      {"hidden_activation": "gelu_pytorch_tanh", "rope_local_base_freq": 10000.0,
@@ -74,6 +76,9 @@ def _arch_config(model: SyntheticModel) -> dict[str, Any]:
         out.update(sliding_window=p.sliding_window, query_pre_attn_scalar=p.head_dim)
     if p.rope_scaling:
         out["rope_scaling"] = dict(p.rope_scaling)
+        if "original_max_position_embeddings" in p.rope_scaling:  # Phi-3 reads it here
+            out["original_max_position_embeddings"] = \
+                p.rope_scaling["original_max_position_embeddings"]
     return out
 
 

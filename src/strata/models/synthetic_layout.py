@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from strata.models.arch.spec import ROPE_FREQS
+from strata.models.arch.spec import ROPE_FREQS, ROPE_LONG, ROPE_SHORT
 from strata.models.presets import Preset
 from strata.models.spec import OUTPUT, TOKEN_EMBD
 from strata.models.synthetic_moe import Entry, moe_ffn_layout
@@ -35,14 +35,16 @@ _SHAPES = {
     "k_bias": lambda p: (p.n_kv_heads * p.head_dim,),
     "v_bias": lambda p: (p.n_kv_heads * p.head_dim,),
     "q_norm": lambda p: (p.head_dim,), "k_norm": lambda p: (p.head_dim,),
+    "qkv": lambda p: ((p.n_heads + 2 * p.n_kv_heads) * p.head_dim, p.hidden),
+    "gate_up": lambda p: (2 * p.ffn, p.hidden),
     "gate": lambda p: (p.ffn, p.hidden), "up": lambda p: (p.ffn, p.hidden),
     "down": lambda p: (p.hidden, p.ffn),
 }
 _EXPERT_ROLES = frozenset({"router", "gate_exps", "up_exps", "down_exps"})
 # the order a layer's tensors are written in (llama.cpp's converters write this order; the
 # files of the presets that predate the declarations keep their bytes)
-_ORDER = ("attn_norm", "q", "k", "v", "q_bias", "k_bias", "v_bias", "q_norm", "k_norm", "o",
-          "attn_post_norm", "ffn_norm", "gate", "up", "down", "router", "gate_exps",
+_ORDER = ("attn_norm", "qkv", "q", "k", "v", "q_bias", "k_bias", "v_bias", "q_norm", "k_norm", "o",
+          "attn_post_norm", "ffn_norm", "gate_up", "gate", "up", "down", "router", "gate_exps",
           "up_exps", "down_exps", "ffn_post_norm")
 
 
@@ -59,8 +61,7 @@ def layout(p: Preset) -> list[Entry]:
 
     a = registry.get(p.arch, "a synthetic preset")
     out: list[Entry] = [(TOKEN_EMBD, (p.vocab, p.hidden), "matrix")]
-    if rope_factors(p) is not None:
-        out.append((ROPE_FREQS, (p.head_dim // 2,), "values"))
+    out += [(name, (p.head_dim // 2,), "values") for name in rope_values(p)]
     for i in range(p.n_layers):
         blk = f"blk.{i}."
         experts_done = False
@@ -77,6 +78,18 @@ def layout(p: Preset) -> list[Entry]:
     if not p.tied_embeddings:  # tied: llama.cpp and transformers reuse token_embd as head
         out.append((OUTPUT, (p.vocab, p.hidden), "matrix"))
     return out
+
+
+def rope_values(p: Preset) -> dict[str, np.ndarray]:
+    """The computed RoPE tensors of a preset, by GGUF name: Llama 3's rope_freqs, or
+    Phi-3's LongRoPE long and short factors (the config's lists, as its converter writes
+    them)."""
+    s = p.rope_scaling or {}
+    if s.get("rope_type") == "longrope":
+        return {ROPE_LONG: np.asarray(s["long_factor"], dtype=np.float32),
+                ROPE_SHORT: np.asarray(s["short_factor"], dtype=np.float32)}
+    factors = rope_factors(p)
+    return {} if factors is None else {ROPE_FREQS: factors}
 
 
 def rope_factors(p: Preset) -> np.ndarray | None:
@@ -104,10 +117,19 @@ def rope_factors(p: Preset) -> np.ndarray | None:
 
 
 def add_arch_metadata(w: Any, p: Preset) -> None:
-    """The sliding window and linear RoPE scaling keys of a gguf.GGUFWriter, where set."""
+    """The sliding window and RoPE scaling keys of a gguf.GGUFWriter, where set: linear
+    scaling's factor; LongRoPE's original context and attention factor
+    √(1 + ln(scale) / ln(original)), scale = ctx_max / original, as Phi-3's converter writes
+    them."""
     if p.sliding_window:
         w.add_sliding_window(p.sliding_window)
     s = p.rope_scaling or {}
     if s.get("rope_type") == "linear":
         w.add_rope_scaling_type(__import__("gguf").RopeScalingType.LINEAR)
         w.add_rope_scaling_factor(float(s["factor"]))
+    if s.get("rope_type") == "longrope":
+        original = int(s["original_max_position_embeddings"])
+        scale = p.ctx_max / original
+        w.add_rope_scaling_orig_ctx_len(original)
+        w.add_rope_scaling_attn_factors(
+            math.sqrt(1 + math.log(scale) / math.log(original)) if scale > 1 else 1.0)

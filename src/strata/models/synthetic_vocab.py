@@ -74,8 +74,14 @@ def tokens_for_text(text: str) -> list[int]:
     return ids
 
 
-def vocab_tokens(vocab: int) -> tuple[list[str], list[int], list[float]]:
-    """(token texts, llama.cpp token types, scores) of a synthetic vocabulary of `vocab`."""
+# control tokens llama.cpp's vocabulary loader looks up by text for an architecture (its
+# Phi-3 vocabulary needs <|endoftext|>): they take the last ids of that vocabulary
+ARCH_SPECIALS: dict[str, tuple[str, ...]] = {"phi3": ("<|endoftext|>",)}
+
+
+def vocab_tokens(vocab: int, arch: str | None = None) -> tuple[list[str], list[int], list[float]]:
+    """(token texts, llama.cpp token types, scores) of a synthetic vocabulary of `vocab`
+    (`arch`'s control tokens, if it has any, in its last ids)."""
     if not FIRST_TEXT_ID < vocab <= text_token_capacity():
         raise InputError(f"synthetic vocab of {vocab}: must be in {FIRST_TEXT_ID + 1}.."
                          f"{text_token_capacity()}")
@@ -84,5 +90,7 @@ def vocab_tokens(vocab: int) -> tuple[list[str], list[int], list[float]]:
     types += [_TOKEN_TYPE["byte"]] * N_BYTE_TOKENS
     texts += [chr(int(c)) for c in _code_points()[: vocab - FIRST_TEXT_ID]]
     types += [_TOKEN_TYPE["normal"]] * (vocab - FIRST_TEXT_ID)
+    for j, special in enumerate(ARCH_SPECIALS.get(arch or "", ())):
+        texts[vocab - 1 - j], types[vocab - 1 - j] = special, _TOKEN_TYPE["control"]
     scores = [-float(i) for i in range(vocab)]
     return texts, types, scores

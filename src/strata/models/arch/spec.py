@@ -36,6 +36,10 @@ NORMS = ("rms",)
 GLOBAL_TENSORS = {"token_embd": "token_embd.weight", "output_norm": "output_norm.weight",
                   "output": "output.weight"}
 ROPE_FREQS = "rope_freqs.weight"  # Llama 3.x frequency factors (one per model)
+# Phi-3's LongRoPE factors: llama.cpp rotates with the long ones when the context is longer
+# than {arch}.rope.scaling.original_context_length, else the short ones (chosen per cache)
+ROPE_LONG, ROPE_SHORT = "rope_factors_long.weight", "rope_factors_short.weight"
+ROPE_TENSORS = (ROPE_FREQS, ROPE_LONG, ROPE_SHORT)
 
 
 @dataclass(frozen=True)
@@ -56,6 +60,12 @@ ATTENTION = (t("attn_norm", "attn_norm.weight"), t("q", "attn_q.weight"),
 QKV_BIASES = (t("q_bias", "attn_q.bias", True), t("k_bias", "attn_k.bias", True),
               t("v_bias", "attn_v.bias", True))
 QK_NORMS = (t("q_norm", "attn_q_norm.weight"), t("k_norm", "attn_k_norm.weight"))
+# Phi-3's fused projections: one matrix for q, k and v (rows in that order), one for the
+# MLP's gate and up (the first half of its rows the gate)
+FUSED_ATTENTION = (t("attn_norm", "attn_norm.weight"), t("qkv", "attn_qkv.weight"),
+                   t("o", "attn_output.weight"))
+FUSED_MLP = (t("ffn_norm", "ffn_norm.weight"), t("gate_up", "ffn_up.weight"),
+             t("down", "ffn_down.weight"))
 # Gemma's norms of the attention and MLP outputs, before each joins the residual stream
 POST_NORMS = (t("attn_post_norm", "post_attention_norm.weight"),
               t("ffn_post_norm", "post_ffw_norm.weight"))
@@ -64,7 +74,7 @@ DENSE_MLP = (t("ffn_norm", "ffn_norm.weight"), t("gate", "ffn_gate.weight"),
 EXPERTS = (t("ffn_norm", "ffn_norm.weight"), t("router", "ffn_gate_inp.weight"),
            t("gate_exps", "ffn_gate_exps.weight"), t("up_exps", "ffn_up_exps.weight"),
            t("down_exps", "ffn_down_exps.weight"))
-DENSE_ROLES = frozenset({"gate", "up", "down"})
+DENSE_ROLES = frozenset({"gate", "up", "down", "gate_up"})
 EXPERT_ROLES = frozenset({"router", "gate_exps", "up_exps", "down_exps"})
 
 
