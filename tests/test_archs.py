@@ -279,6 +279,25 @@ def test_greedy_tokens_equal_llama_cpps_for_32_steps(files: dict[str, Path],
     assert float(rel_err(np.array(fed), reference[preset][7:]).max()) <= bound
 
 
+@pytest.mark.parametrize("preset", PRESETS)
+def test_quality_on_the_lab_equals_llama_cpps_perplexity(home: Path, preset: str) -> None:
+    """`strata quality -B lab` against `-B llamacpp` (llama-perplexity's arithmetic) on the
+    preset at q8_0: within 0.1% (measured within 0.004%; llama.cpp's K/V cache is f16
+    there, the lab's f32)."""
+    import json
+
+    from tests.conftest import run_cli
+
+    ppl = {}
+    for backend in ("lab", "llamacpp"):
+        r = run_cli("quality", f"synthetic:{preset}@q8_0", "-B", backend, "--ctx", "64",
+                    "--max-chunks", "3", "--json", home=home)
+        assert r.returncode == 0, r.stderr
+        ppl[backend] = json.loads(r.stdout)[0]["ppl"]
+    print(f"\n{preset}@q8_0 perplexity: lab {ppl['lab']:.4f}, llama.cpp {ppl['llamacpp']:.4f}")
+    assert ppl["lab"] == pytest.approx(ppl["llamacpp"], rel=1e-3)
+
+
 # -- the ring ---------------------------------------------------------------------------------
 
 
