@@ -20,7 +20,7 @@ one pp<p> + tg<n> request per backend; the ratio is taken per round and the medi
 spread of the R ratios are printed. (1) runs each backend's repetitions one after the other,
 so a burst of load skews one side: its ratio moved ±15% between runs on the 2-core host.
 
-Usage:  .venv/bin/python benchmarks/lab_vs_llamacpp.py [--models M1,M2] [-t THREADS]
+Usage:  .venv/bin/python benchmarks/lab_vs_llamacpp.py [--models M1,M2 | --archs] [-t THREADS]
         [-p 64] [-n 32] [--profile-tokens 16] [--paired 12]
 Uses a temporary STRATA_HOME (kernels verified there first, roofline measured there once),
 never the user's DB. `strata kernels bench linear_q8_0` etc. there would let dispatch choose
@@ -43,6 +43,12 @@ sys.path.insert(0, str(ROOT))
 
 MODELS = ("synthetic:smollm2-135m@q8_0,synthetic:smollm2-135m@q4_0,"
           "synthetic:llama-3.2-1b@q4_k_m,synthetic:llama-3.2-1b@q6_k")
+# --archs: one preset per architecture beyond llama (and Llama 3's RoPE factors), at q8_0 and
+# at the Q4_K_M mix people download; sizes a 2-core host runs in minutes (Phi-3.5-mini, 3.8B,
+# is left to --models)
+ARCH_MODELS = ("synthetic:qwen3-0.6b@q8_0,synthetic:qwen3-0.6b@q4_k_m,"
+               "synthetic:gemma-3-270m@q8_0,synthetic:gemma-3-1b@q8_0,"
+               "synthetic:gemma-3-1b@q4_k_m,synthetic:llama-3.2-1b@q8_0")
 
 
 def strata(*args: str, home: Path) -> subprocess.CompletedProcess[str]:
@@ -173,6 +179,8 @@ def profile(model: str, threads: int, tokens: int, home: Path, repack: bool = Tr
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--models", default=MODELS)
+    ap.add_argument("--archs", action="store_true",
+                    help=f"the architectures' presets instead: {ARCH_MODELS}")
     ap.add_argument("-t", "--threads", type=int, default=os.cpu_count() or 1)
     ap.add_argument("-p", type=int, default=64)
     ap.add_argument("-n", type=int, default=32)
@@ -183,6 +191,8 @@ def main() -> None:
     args = ap.parse_args()
     if args.paired < 0:
         ap.error(f"--paired {args.paired}: a number of rounds (0: strata bench instead)")
+    if args.archs:
+        args.models = ARCH_MODELS
     with tempfile.TemporaryDirectory(prefix="strata-labbench-") as tmp:
         home = Path(tmp)
         print(f"host: {os.cpu_count()} CPUs; threads {args.threads}; STRATA_HOME {home}")
