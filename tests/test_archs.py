@@ -298,6 +298,53 @@ def test_quality_on_the_lab_equals_llama_cpps_perplexity(home: Path, preset: str
     assert ppl["lab"] == pytest.approx(ppl["llamacpp"], rel=1e-3)
 
 
+@pytest.mark.parametrize(("name", "total_b", "non_embedding_b"), [
+    ("qwen3-0.6b", 0.6, 0.44),  # the Qwen3 model cards: total and non-embedding parameters
+    ("qwen3-4b", 4.0, 3.6),
+    ("qwen3-8b", 8.2, 6.95),
+    ("gemma-3-270m", 0.27, 0.10),  # Gemma 3 270M card: 170M embedding + 100M transformer
+    ("gemma-3-1b", 1.0, None),
+    ("phi-3.5-mini", 3.8, None),  # Phi-3.5-mini card: 3.8B
+    ("mistral-7b", 7.2, None),  # Mistral 7B paper: 7.3B (7.25B counted)
+])
+def test_published_presets_have_their_cards_sizes(name: str, total_b: float,
+                                                  non_embedding_b: float | None) -> None:
+    from strata.models.synthetic import parse_ref
+
+    spec = parse_ref(f"synthetic:{name}@f16").gguf_spec()  # the plan only: nothing written
+    assert spec.params() / 1e9 == pytest.approx(total_b, abs=0.05 * total_b)
+    if non_embedding_b is not None:
+        head = spec.tensor("output.weight")
+        outside = spec.tensor("token_embd.weight").elements + (head.elements if head else 0)
+        assert (spec.params() - outside) / 1e9 == pytest.approx(non_embedding_b, abs=0.05)
+
+
+def test_llama_cpp_loads_and_decodes_a_published_gemma3_preset(home: Path) -> None:
+    """gemma-3-270m at q4_0 as the synthetic writer writes it (262 144-token vocabulary,
+    15 windowed layers): llama.cpp loads it, decodes, and agrees it is sliding-window."""
+    from llama_cpp import Llama
+
+    path = resolve("synthetic:gemma-3-270m@q4_0").path("gguf", "llamacpp")
+    with quiet_stderr():
+        llm = Llama(model_path=str(path), n_ctx=64, n_threads=2, logits_all=True,
+                    verbose=False)
+        try:
+            llm.eval([1, 300, 301, 302])
+            logits = np.array(llm.scores[3])
+            meta = llm.metadata
+        finally:
+            llm.close()
+    assert np.isfinite(logits).all() and logits.std() > 0
+    assert meta["gemma3.attention.sliding_window"] == "512"
+    assert read_spec_windowed(path) == 15
+
+
+def read_spec_windowed(path: Path) -> int:
+    from strata.models.gguf import read_spec
+
+    return read_spec(path).windowed_layers()
+
+
 # -- the ring ---------------------------------------------------------------------------------
 
 
