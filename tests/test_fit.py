@@ -270,7 +270,9 @@ def test_quantisations_that_fit_each_device() -> None:
 
 def test_torch_holds_weights_in_its_runtime_dtype() -> None:
     report = plan("synthetic:llama-3.2-1b@q4_0", "rtx4090_24gb", ctx=4096, backend="torch")
-    params = resolve("synthetic:llama-3.2-1b@q4_0").spec.params()
+    # torch runs the Hugging Face form: no rope_freqs tensor (Llama 3's factors are its
+    # config's rope_scaling there)
+    params = resolve("synthetic:llama-3.2-1b@q4_0").spec_for("hf").params()
     # the 7950X has native bf16 (the torch backend's rule): 2 B/weight on CPU; f16 on the GPU
     assert report.row("cpu").placement.device.weights == params * 2
     gpu = report.row("cuda:0")

@@ -198,6 +198,21 @@ def _cached(spec: KernelSpec, i: list[Any], p: dict[str, Any], pos: int) -> Any:
     return spec.reference(q, k, v, torch.tensor([pos]), **p)
 
 
+def _windowed(spec: KernelSpec, i: list[Any], p: dict[str, Any], window: int) -> Any:
+    """attention_window with another window than the call's pos[1]."""
+    q, k, v, pos = _f64(i)
+    return spec.reference(q, k, v, torch.tensor([int(pos[0]), window]), **p)
+
+
+def _tanh_gelu_overflowing(a: Any, b: Any) -> Any:
+    """gelu·b with tanh as (e^u - e^-u) / (e^u + e^-u) in float32 and no saturation branch:
+    inf / inf at large |a|."""
+    x = a.float()
+    u = 0.7978845608 * x * (1 + 0.044715 * x * x)
+    th = (torch.exp(u) - torch.exp(-u)) / (torch.exp(u) + torch.exp(-u))
+    return 0.5 * x * (1 + th) * b.float()
+
+
 VIOLATORS: dict[tuple[str, str], Violator] = {
     ("matmul", "ragged"): _v_ragged,
     ("linear_f32", "ragged"): _v_ragged,
@@ -206,6 +221,8 @@ VIOLATORS: dict[tuple[str, str], Violator] = {
     ("matvec_q4_0", "ragged"): _v_ragged,
     ("silu_mul", "ragged"): _v_ragged,
     ("silu_mul_backward", "ragged"): _v_ragged,
+    ("gelu_mul", "ragged"): _v_ragged,
+    ("gelu_mul", "saturation"): lambda sp, i, p, s: _tanh_gelu_overflowing(*i),
     # x used as float32, not rounded to float16 first
     ("linear_f16", "x_ties"): lambda sp, i, p, s: i[0].double() @ i[1].double().T,
     ("matvec_q8_0", "special_scales"):
@@ -249,6 +266,14 @@ VIOLATORS: dict[tuple[str, str], Violator] = {
     ("attention_cached", "unread_rows"): lambda sp, i, p, s: _cached(sp, i, p, s["C"] - s["T"]),
     ("attention_cached", "pos"): lambda sp, i, p, s: _cached(sp, i, p, 0),  # pos ignored
     ("attention_cached", "gqa"): lambda sp, i, p, s: sp.reference(
+        *_f64([i[0], _tile(i[1], _groups(i[0], i[1])), _tile(i[2], _groups(i[0], i[1]))]),
+        i[3], **p),
+    # the window ignored: every row up to the query's own, poisoned ones included
+    ("attention_window", "outside_window"): lambda sp, i, p, s: _windowed(sp, i, p, 1 << 20),
+    # one window for all queries (the first query's start): later queries see too much
+    ("attention_window", "window_per_query"): lambda sp, i, p, s: _windowed(
+        sp, i, p, s["W"] + s["T"] - 1),
+    ("attention_window", "gqa"): lambda sp, i, p, s: sp.reference(
         *_f64([i[0], _tile(i[1], _groups(i[0], i[1])), _tile(i[2], _groups(i[0], i[1]))]),
         i[3], **p),
     ("cross_entropy", "large_logits"): lambda sp, i, p, s: _ce_unshifted(*i)[0],
@@ -469,14 +494,16 @@ def test_dims_recover_the_shape_from_the_call_tensors(op: str) -> None:
                                                                "float32"))
         assert spec.dims(out, *inputs) == shape, (op, shape)
         meta = [torch.empty(t.shape, dtype=t.dtype, device="meta") for t in (out, *inputs)]
-        want = {k: v for k, v in shape.items() if not (op == "attention_cached" and k == "P")}
-        assert spec.dims(*meta) == want, (op, shape)  # attention_cached's P has no value there
+        valued = {"attention_cached": ("P",), "attention_window": ("P", "W")}.get(op, ())
+        want = {k: v for k, v in shape.items() if k not in valued}
+        assert spec.dims(*meta) == want, (op, shape)  # pos's values: none on the meta device
 
 
 # -- serve shapes ---------------------------------------------------------------------------------
 
 # the dim that counts the rows (tokens) an op is called with
 ROWS = {"rmsnorm": "rows", "silu_mul": "rows", "rope": "T", "attention_cached": "T",
+        "gelu_mul": "rows", "attention_window": "T",
         "linear_f32": "B", "linear_f16": "B", "linear_q8_0": "B", "linear_q4_0": "B",
         "linear_q5_0": "B", "linear_q4_1": "B", "linear_q5_1": "B", "linear_q4_K": "B",
         "linear_q5_K": "B", "linear_q6_K": "B", "linear_q4_Kx8": "B", "linear_q6_Kx8": "B",

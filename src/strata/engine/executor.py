@@ -91,7 +91,8 @@ class Executor:
     pos: int = 0  # positions the cache holds
     chunk: int = CHUNK  # positions a forward step writes at most (longer forwards split)
     _pos_t: torch.Tensor = field(default_factory=lambda: torch.zeros(1, dtype=torch.int64))
-    _row_t: torch.Tensor = field(default_factory=lambda: torch.zeros(1, dtype=torch.int64))
+    # a windowed layer's (row of the first query, window), what attention_window reads
+    _row_t: torch.Tensor = field(default_factory=lambda: torch.zeros(2, dtype=torch.int64))
     net: graph.Net = field(init=False)
 
     def __post_init__(self) -> None:
@@ -169,7 +170,8 @@ class Executor:
                 s.head_dim, {**config, "rope_theta": base, "rope_scaling": None}, None,
                 capacity, self.device)  # llama.cpp: no scaling on the windowed layers
             self._pos_t = torch.zeros(1, dtype=torch.int64, device=self.device)
-            self._row_t = torch.zeros(1, dtype=torch.int64, device=self.device)
+            self._row_t = torch.tensor([0, self.cache.window], dtype=torch.int64,
+                                       device=self.device)
             self._on_new_cache()
         self.pos, self.cache.base = 0, 0
 
@@ -198,7 +200,7 @@ class Executor:
             x.to(self.device, torch.float32).contiguous()
         cache.slide(pos, t)
         self._pos_t.fill_(pos)
-        self._row_t.fill_(pos - cache.base)
+        self._row_t[0] = pos - cache.base
         for local, i in enumerate(range(self.first, self.last)):
             if cache.windowed[local]:
                 kv = graph.KV(cache.k[local], cache.v[local], pos - cache.base, self._row_t,

@@ -70,7 +70,8 @@ class KV:
     k: torch.Tensor  # [Hkv, C, D]
     v: torch.Tensor
     pos: int  # the cache row of the first query
-    pos_t: torch.Tensor  # the same row as an int64 tensor (what lab kernels read)
+    pos_t: torch.Tensor  # the same row as an int64 tensor (what lab kernels read); a
+    # windowed layer's holds (row, window), what attention_window reads
     window: int = 0  # > 0: each query attends to its last `window` positions only
 
 

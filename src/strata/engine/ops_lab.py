@@ -138,8 +138,8 @@ class LabOps:
                   pos_t: torch.Tensor, scale: float, window: int = 0) -> torch.Tensor:
         q = q.contiguous()
         out = torch.empty_like(q)
-        if window > 0:
-            self.kernels.call(WINDOW_OP, out, q, k, v, pos_t, scale=scale, window=float(window))
+        if window > 0:  # pos_t holds (row, window) for the windowed op
+            self.kernels.call(WINDOW_OP, out, q, k, v, pos_t, scale=scale)
         else:
             self.kernels.call("attention_cached", out, q, k, v, pos_t, scale=scale)
         return out

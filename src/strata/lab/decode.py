@@ -146,7 +146,7 @@ class DecodeStep:
         rope += [self._bind("rope", b.qr, qs, cos, sin), self._bind("rope", b.kr, ks, cos, sin)]
         scale = {"scale": 1.0 / math.sqrt(d)}
         attend = self._bind(WINDOW_OP, b.o, b.qr.view(h, 1, d), cache.k[local], cache.v[local],
-                            m._row_t, **scale, window=float(cache.window)) if windowed else \
+                            m._row_t, **scale) if windowed else \
             self._bind("attention_cached", b.o, b.qr.view(h, 1, d), cache.k[local],
                        cache.v[local], m._pos_t, **scale)
         fused = "qkv" in net.roles  # phi3: one matrix each for q/k/v and for gate/up
@@ -184,7 +184,7 @@ class DecodeStep:
         cache.slide(pos, 1)
         row = pos - cache.base  # a windowed layer's row of this position
         m._pos_t.fill_(pos)
-        m._row_t.fill_(row)
+        m._row_t[0] = row
         b.cos.copy_(m.rope.cos[pos:pos + 1])
         b.sin.copy_(m.rope.sin[pos:pos + 1])
         b.cos_w.copy_(m.rope_windowed.cos[pos:pos + 1])

@@ -1,11 +1,12 @@
 """attention_window: sliding-window causal attention of T new queries over a KV cache, GQA
 (Gemma 3's local layers, Mistral-style windows).
 
-attention_cached with a window: q [H,T,D]; k, v [Hkv,C,D]; pos int64 [1]: P = pos[0] rows
-precede the T queries, whose own keys and values are already at rows P..P+T-1 (P + T ≤ C);
-the float parameter `window` W (a whole number ≥ 1) limits query t to rows
-max(0, P+t-W+1)..P+t — llama.cpp's standard SWA mask (a key is hidden once the query is W or
-more positions past it). The shape dict names W "W".
+attention_cached with a window: q [H,T,D]; k, v [Hkv,C,D]; pos int64 [2]: P = pos[0] rows
+precede the T queries, whose own keys and values are already at rows P..P+T-1 (P + T ≤ C),
+and W = pos[1] ≥ 1 limits query t to rows max(0, P+t-W+1)..P+t — llama.cpp's standard SWA
+mask (a key is hidden once the query is W or more positions past it). The window is a tensor
+value, not a parameter, so dispatch reads it from every call like P ("P" and "W" in the
+shape dict): an external kernel serves only the windows it was verified at.
 
 The verifier poisons both sides: rows from P+T on and rows before P-W+1 (which no query
 sees) hold NaN (even seeds) or large values (odd seeds), so a kernel that ignores the window
@@ -36,7 +37,7 @@ def _inputs(s, dtype, seed, device):
     for rows in (slice(0, before), slice(after, c)):
         k[:, rows] = fill
         v[:, rows] = -fill
-    return [q, k, v, torch.tensor([p], dtype=torch.int64, device=device)]
+    return [q, k, v, torch.tensor([p, w], dtype=torch.int64, device=device)]
 
 
 def _seen(t, p, w, device):
@@ -49,11 +50,11 @@ def _seen(t, p, w, device):
     return lo, (keys <= query) & (keys > query - w)
 
 
-def _reference(q, k, v, pos, scale, window):
+def _reference(q, k, v, pos, scale):
     import torch
 
-    p, t = int(pos[0]), q.shape[1]
-    lo, mask = _seen(t, p, int(window), q.device)
+    p, w, t = int(pos[0]), int(pos[1]), q.shape[1]
+    lo, mask = _seen(t, p, w, q.device)
     groups = q.shape[0] // k.shape[0]
     k = k[:, lo:p + t].repeat_interleave(groups, dim=0)
     v = v[:, lo:p + t].repeat_interleave(groups, dim=0)
@@ -61,12 +62,14 @@ def _reference(q, k, v, pos, scale, window):
     return torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1) @ v
 
 
-def _eager(q, k, v, pos, scale, window):
+def _eager(q, k, v, pos, scale):
     import torch.nn.functional as F
 
     t = q.shape[1]
-    p = k.shape[1] - t if pos.device.type == "meta" else int(pos[0])
-    lo, mask = _seen(t, p, int(window), q.device)
+    # on the meta device (the contract's shape check) pos has no value: the whole cache
+    meta = pos.device.type == "meta"
+    p, w = (k.shape[1] - t, k.shape[1]) if meta else (int(pos[0]), int(pos[1]))
+    lo, mask = _seen(t, p, w, q.device)
     out = F.scaled_dot_product_attention(q[None], k[None, :, lo:p + t], v[None, :, lo:p + t],
                                          attn_mask=mask, scale=scale, enable_gqa=True)
     return out[0]
@@ -83,9 +86,11 @@ def _poison(inputs, shape, seed):
 
 
 def _dims(out, q, k, v, pos):
+    """The call's shape; P and W are pos's two values (one read), left out on the meta
+    device (no values there)."""
     dims = {"H": int(q.shape[0]), "Hkv": int(k.shape[0]), "T": int(q.shape[1])}
     if pos.device.type != "meta":
-        dims["P"] = int(pos[0])
+        dims["P"], dims["W"] = (int(x) for x in pos[:2].tolist())
     return {**dims, "C": int(k.shape[1]), "D": int(q.shape[2])}
 
 
@@ -127,7 +132,7 @@ SPEC = register(KernelSpec(
     out_shape=lambda s: (s["H"], s["T"], s["D"]),
     reference=_reference,
     eager=_eager,
-    scale_params=lambda s, p: {"scale": 1.0 / math.sqrt(s["D"]), "window": float(s["W"])},
+    scale_params=lambda s, p: {**p, "scale": 1.0 / math.sqrt(s["D"])},
     flops=lambda s: 4.0 * s["H"] * s["D"] * _keys(s),
     bytes=lambda s, e: float(e * (2 * s["H"] * s["T"] * s["D"]
                                   + 2 * s["Hkv"] * min(s["P"] + s["T"], s["W"] + s["T"])

@@ -1,7 +1,7 @@
 // strata-kernel: op=attention_window dialect=c entry=strata_attention_window
 /* Portable reference: sliding-window causal attention of T queries over a KV cache, GQA.
- * q [H,T,D]; k, v [Hkv,C,D]; P = pos[0] cache rows precede the queries (P + T <= C); W =
- * window (a whole number >= 1 passed as float). Query t of head h attends rows
+ * q [H,T,D]; k, v [Hkv,C,D]; pos int64 [2]: P = pos[0] cache rows precede the queries
+ * (P + T <= C), W = pos[1] >= 1 the window. Query t of head h attends rows
  * max(0, P+t-W+1)..P+t of kv head h / (H/Hkv); no other row is read. Plain softmax in
  * double (max subtracted). */
 #include <math.h>
@@ -10,9 +10,9 @@
 
 void strata_attention_window(float *out, const float *q, const float *k, const float *v,
                              const int64_t *pos, int64_t H, int64_t Hkv, int64_t T,
-                             int64_t C, int64_t D, float scale, float window) {
+                             int64_t C, int64_t D, float scale) {
     if (H <= 0 || T <= 0 || D <= 0 || Hkv <= 0) return;
-    const int64_t P = pos[0], group = H / Hkv, W = window >= 1.0f ? (int64_t)window : 1;
+    const int64_t P = pos[0], group = H / Hkv, W = pos[1] >= 1 ? pos[1] : 1;
     double *p = (double *)malloc((size_t)(W < P + T ? W : P + T) * sizeof(double));
     double *acc = (double *)malloc((size_t)D * sizeof(double));
     if (!p || !acc) { free(p); free(acc); return; }
