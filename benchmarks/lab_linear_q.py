@@ -37,7 +37,7 @@ from pathlib import Path
 SOURCES = Path(__file__).resolve().parent.parent / "src/strata/kernels/sources/c"
 # (N, K): weights >> a 32 MiB L3
 SHAPES = {"q8_0": (8192, 8192), "q4_0": (16384, 8192), "q4_K": (16384, 8192),
-          "q6_K": (12288, 8192)}
+          "q6_K": (12288, 8192), "q5_0": (16384, 8192)}
 READ_SOURCE = textwrap.dedent("""\
     #include <stdint.h>
     /* The cold-read yardstick: every byte of the buffer read once (as 64-bit words) over
@@ -157,7 +157,7 @@ def main() -> int:
             linears[f"linear_{kind}x8"] = (x8[f"strata_linear_{kind}x8"],
                                            (op, xp, w8.data_ptr()))
         contenders = {name: _caller(fn, ptrs, (1, n, k)) for name, (fn, ptrs) in linears.items()}
-        if kind not in _kquant_x8.KINDS:
+        if (SOURCES / f"matvec_{kind}.{args.impl}.c").exists():  # q8_0 and q4_0 have one
             old = _lib(SOURCES / f"matvec_{kind}.{args.impl}.c")
             contenders[f"matvec_{kind} (fp32 x)"] = _caller(old[f"strata_matvec_{kind}"],
                                                             (op, wp, xp), (1, n, k))
