@@ -83,7 +83,7 @@ def engine_logits(path: Path, ops: str, ids: list[int], window: int | None = Non
                   ) -> np.ndarray:
     ex = load(path, ops=ops)
     if window is not None:  # what the file says, overridden (the window test)
-        ex.weights.config["sliding_window"] = window
+        ex.weights.spec.sliding_window = window
     ex.reset(len(ids))
     with torch.inference_mode():
         out = ex.forward(torch.tensor(ids), 0)

@@ -130,16 +130,6 @@ class Executor:
         return self.last == self.weights.spec.n_layers
 
     @property
-    def window(self) -> int:
-        """The file's sliding window where the architecture has windowed layers, else 0."""
-        a = self.weights.arch
-        return int(self.weights.config.get("sliding_window") or 0) \
-            if a.swa_pattern is not None else 0
-
-    def windowed(self, layer: int) -> bool:
-        return self.weights.arch.windowed(layer, self.window)
-
-    @property
     def vocab(self) -> int:
         return int(self.weights.config["vocab_size"])
 
@@ -159,9 +149,9 @@ class Executor:
             self.cache, self.rope, self.rope_windowed, self.pos = None, None, None, 0
             return
         if self.cache is None or self.cache.capacity < capacity:
-            windowed = [self.windowed(i) for i in range(self.first, self.last)]
+            windowed = [self.weights.windowed(i) for i in range(self.first, self.last)]
             self.cache = Cache.allocate((s.n_kv_heads, capacity, s.head_dim), windowed,
-                                        self.window, self.chunk, self.device)
+                                        self.weights.window, self.chunk, self.device)
             config = self.weights.config
             self.rope = Rope.build(s.head_dim, config, self.weights.frequency_factors(capacity),
                                    capacity, self.device)

@@ -40,8 +40,7 @@ def lab_ops_for(weights: ModelWeights) -> list[str]:
         raise InputError(f"ops lab: no lab op multiplies {', '.join(unread)} weights yet "
                          f"({first} is {unread[0]}; strata fit MODEL -B lab lists what is "
                          "missing); use the torch ops (dequantised) or --backend llamacpp")
-    windowed = any(weights.arch.windowed(i, int(weights.config.get("sliding_window") or 0))
-                   for i in range(weights.first, weights.last))
+    windowed = any(weights.windowed(i) for i in range(weights.first, weights.last))
     layer = layer_ops(weights.arch.name, windowed)
     x8 = [X8_OPS[REPACKED[k]] for k in kinds if k in REPACKED]  # used where they pay
     return [*layer, *(LINEAR_OPS[k] for k in kinds), *x8]

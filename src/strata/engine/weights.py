@@ -72,6 +72,15 @@ class ModelWeights:
     def moe(self) -> bool:
         return self.spec.is_moe
 
+    @property
+    def window(self) -> int:
+        """Positions a sliding-window layer sees (the file's {arch}.attention.sliding_window,
+        read with the spec), 0 where the architecture windows no layer."""
+        return self.spec.sliding_window if self.arch.swa_pattern is not None else 0
+
+    def windowed(self, layer: int) -> bool:
+        return self.arch.windowed(layer, self.window)
+
     def frequency_factors(self, capacity: int) -> np.ndarray | None:
         """What divides the rotary frequencies of a `capacity`-position cache: Llama 3's
         rope_freqs, or Phi-3's LongRoPE factors as llama.cpp picks them (the long ones when
@@ -160,22 +169,12 @@ def read_range(path: Path, first: int | None, last: int | None, device: torch.de
     out.config = llama_config(path, spec, layout.kv, rule_of(arch), vocab, biases)
     out.config["expert_weights_norm"] = bool(
         layout.kv.get(f"{spec.arch}.expert_weights_norm", True))
-    out.config["sliding_window"] = sliding_window(path, layout.kv, spec.arch)
     # Phi-3's LongRoPE: the context its short factors are for, and the cos/sin scale
     out.config["rope_original_ctx"] = layout.kv.get(
         f"{spec.arch}.rope.scaling.original_context_length")
     out.config["rope_attn_factor"] = float_key(layout.kv,
                                                f"{spec.arch}.rope.scaling.attn_factor", 1.0)
     return out
-
-
-def sliding_window(path: Path, kv: dict[str, Any], arch: str) -> int:
-    """{arch}.attention.sliding_window: positions a windowed layer sees (0: none set)."""
-    value = kv.get(f"{arch}.attention.sliding_window", 0)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise InputError(f"MODEL {path}: {arch}.attention.sliding_window = {value!r} is not "
-                         "a number of positions")
-    return value
 
 
 def _check_layers(path: Path, spec: ModelSpec, arch: Arch, first: int, last: int) -> None:

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from strata.errors import InputError
+from strata.models.arch.spec import ROPE_FREQS, ROPE_LONG, ROPE_SHORT
 from strata.models.gguf import (
     Shard,
     read_tensor_bytes,
@@ -37,7 +38,7 @@ from strata.models.gguf import (
 )
 from strata.models.spec import ModelSpec
 
-ROPE_FREQS = "rope_freqs.weight"
+
 @dataclass(frozen=True)
 class ArchRule:
     """How one llama.cpp architecture maps onto a transformers model class."""
@@ -143,18 +144,17 @@ def llama_config(path: Path, spec: ModelSpec, kv: dict[str, Any], rule: ArchRule
         "bos_token_id": _token_id(kv, "bos_token_id", vocab) if add_bos is not False else None,
         "eos_token_id": _token_id(kv, "eos_token_id", vocab),
         "pad_token_id": _token_id(kv, "padding_token_id", vocab),
-        **_windowed(kv, arch, spec, rule),
+        **_windowed(spec, rule),
         **rule.extra,
     }
 
 
-def _windowed(kv: dict[str, Any], arch: str, spec: ModelSpec, rule: ArchRule) -> dict[str, Any]:
+def _windowed(spec: ModelSpec, rule: ArchRule) -> dict[str, Any]:
     """transformers' keys of a sliding-window architecture: the window, and Gemma's query
     scale (query_pre_attn_scalar^-1/2 = the head size's, as llama.cpp scales them)."""
     if not rule.windowed:
         return {}
-    window = kv.get(f"{arch}.attention.sliding_window")
-    return {"sliding_window": window if isinstance(window, int) and window > 0 else None,
+    return {"sliding_window": spec.sliding_window or None,
             "query_pre_attn_scalar": spec.head_dim}
 
 
@@ -258,8 +258,7 @@ def read_gguf_weights(path: Path) -> GgufWeights:
 
 
 # Phi-3's LongRoPE factor tensors -> transformers' rope_scaling keys
-_LONGROPE = {"rope_factors_long.weight": "long_factor",
-             "rope_factors_short.weight": "short_factor"}
+_LONGROPE = {ROPE_LONG: "long_factor", ROPE_SHORT: "short_factor"}
 
 
 def _longrope_config(path: Path, spec: ModelSpec, kv: dict[str, Any],
