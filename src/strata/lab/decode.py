@@ -135,15 +135,15 @@ class DecodeStep:
         d, h, hkv = s.head_dim, s.n_heads, s.n_kv_heads
         windowed = cache.windowed[local]
         cos, sin = (b.cos_w, b.sin_w) if windowed else (b.cos, b.sin)
-        q, k = b.q.view(1, h, d), b.k.view(1, hkv, d)
-        rope = []
-        for role, src, out in (("q_norm", q, b.qn), ("k_norm", k, b.kn)):
-            if net.opt(i, role) is not None:  # the heads' norm, then rope reads it
-                rope.append(self._bind("rmsnorm", out, src.view(-1, d), net.w(i, role),
+        rope, rotated = [], []
+        for role, src, normed, heads in (("q_norm", b.q, b.qn, h), ("k_norm", b.k, b.kn, hkv)):
+            if net.opt(i, role) is not None:  # the heads' norm, then rope reads its output
+                rope.append(self._bind("rmsnorm", normed, src.view(-1, d), net.w(i, role),
                                        eps=self._eps))
-        qs = b.qn.view(1, h, d) if rope else q
-        ks = b.kn.view(1, hkv, d) if len(rope) == 2 else k
-        rope += [self._bind("rope", b.qr, qs, cos, sin), self._bind("rope", b.kr, ks, cos, sin)]
+                src = normed
+            rotated.append(src.view(1, heads, d))
+        rope += [self._bind("rope", b.qr, rotated[0], cos, sin),
+                 self._bind("rope", b.kr, rotated[1], cos, sin)]
         scale = {"scale": 1.0 / math.sqrt(d)}
         attend = self._bind(WINDOW_OP, b.o, b.qr.view(h, 1, d), cache.k[local], cache.v[local],
                             m._row_t, **scale) if windowed else \
