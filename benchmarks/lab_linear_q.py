@@ -2,11 +2,15 @@
 
   python benchmarks/lab_linear_q.py [--max-time 1.0] [--prefill 64] [--impl avx2]
                                     [--kinds q8_0,q4_0,q4_K,q6_K] [--x8-impl avx512vnni]
+                                    [--shape N,K]
 
 At B = 1 (one decode token) `linear_q8_0`/`linear_q4_0` stream their weights once, so the
 figure that matters is GB/s over the weight bytes, at a size far beyond the last-level cache
-(q8_0: N = K = 8192, 71 MB; q4_0: N = 16384, K = 8192, 75 MB). Measured side by side in one
-run, every call cold (a buffer >= 2x the LLC touched before each call, kernels.timing):
+(q8_0: N = K = 8192, 71 MB; q4_0: N = 16384, K = 8192, 75 MB; mxfp4 at gpt-oss-20b's
+expert shape, N = K = 2880, 4.4 MB: a decode step reads a few such matrices per layer, each
+cold). --shape N,K times every kind at one shape (e.g. q4_0 next to mxfp4 at 2880,2880).
+Measured side by side in one run, every call cold (a buffer >= 2x the LLC touched before
+each call, kernels.timing):
 
   - the kernel (compiled with strata.native, called through ctypes: no sandbox, no torch);
   - the old `matvec_<kind>` kernel (fp32 activations) on the same weights;
@@ -35,9 +39,9 @@ import textwrap
 from pathlib import Path
 
 SOURCES = Path(__file__).resolve().parent.parent / "src/strata/kernels/sources/c"
-# (N, K): weights >> a 32 MiB L3
+# (N, K): weights >> a 32 MiB L3; mxfp4: gpt-oss-20b's expert matrix (hidden 2880)
 SHAPES = {"q8_0": (8192, 8192), "q4_0": (16384, 8192), "q4_K": (16384, 8192),
-          "q6_K": (12288, 8192), "q5_0": (16384, 8192)}
+          "q6_K": (12288, 8192), "q5_0": (16384, 8192), "mxfp4": (2880, 2880)}
 READ_SOURCE = textwrap.dedent("""\
     #include <stdint.h>
     /* The cold-read yardstick: every byte of the buffer read once (as 64-bit words) over
@@ -99,10 +103,22 @@ def main() -> int:
     ap.add_argument("--x8-impl", default=None,
                     help="variant of the x8-layout kernels (default: --impl; avx512vnni)")
     ap.add_argument("--kinds", default="q8_0,q4_0,q4_K,q6_K")
+    ap.add_argument("--shape", default=None,
+                    help="N,K for every kind (default: each kind's own, SHAPES)")
     args = ap.parse_args()
     for kind in args.kinds.split(","):
         if kind not in SHAPES:
             ap.error(f"--kinds {args.kinds}: choose from {', '.join(SHAPES)}")
+    shape = None
+    if args.shape:
+        try:
+            shape = tuple(int(v) for v in args.shape.split(","))
+        except ValueError:
+            shape = ()
+        block = 256 if any(kind.endswith("_K") for kind in args.kinds.split(",")) else 32
+        if len(shape) != 2 or min(shape) < 1 or shape[1] % block:
+            ap.error(f"--shape {args.shape}: N,K with K a multiple of {block} (the blocks of "
+                     f"--kinds {args.kinds})")
     for impl in {args.impl, args.x8_impl or args.impl}:
         if not list(SOURCES.glob(f"*.{impl}.c")):
             ap.error(f"no C kernels of variant {impl!r} (e.g. avx2, naive, avx512vnni)")
@@ -138,7 +154,7 @@ def main() -> int:
     reader.strata_read_bytes.restype = ctypes.c_uint64
     rows = []
     for kind in args.kinds.split(","):
-        n, k = SHAPES[kind]
+        n, k = shape or SHAPES[kind]
         blocks = _kquant if kind in _kquant.BLOCK_BYTES else _quant
         w = _like_stream(blocks.random_blocks(kind, n, k, seed=0))
         nbytes = w.numel()

@@ -118,3 +118,45 @@ def verify_cases(op: str, seeds: int, external: bool = False) -> int:
     spec = get_spec(op)
     serve = len(spec.shapes.get("serve", [])) if external else 0
     return seeds * len(spec.shapes["verify"]) + serve + len(spec.clause_cases())
+
+
+def sandbox_verify_context(home: Path) -> Iterator[Any]:
+    """A forcing VerifyContext on a fresh STRATA_HOME `home` (the variable restored after):
+    the module fixture of the tests that verify built-in or wrong kernels in the sandbox."""
+    from strata.kernels.service import session
+    from strata.kernels.verify import VerifyContext
+    from strata.store import open_db
+
+    old = os.environ.get("STRATA_HOME")
+    os.environ["STRATA_HOME"] = str(home)
+    s = session(conn=open_db(home / "strata.db"))
+    try:
+        yield VerifyContext(s.conn, s.fingerprint, s.caps, force=True)
+    finally:
+        if old is None:
+            os.environ.pop("STRATA_HOME", None)
+        else:
+            os.environ["STRATA_HOME"] = old
+
+
+def run_sandboxed(ctx: Any, pendings: list[Any]) -> list[Any]:
+    """Verdicts of planned verifications, run two at a time (each its own worker process)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from strata.kernels.verify import finish, run_pending
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        results = list(pool.map(lambda p: run_pending(p, ctx.caps), pendings))
+    return [finish(p, r, ctx) for p, r in zip(pendings, results, strict=True)]
+
+
+def seeded_home(tmp_path_factory: pytest.TempPathFactory, name: str) -> Iterator[Path]:
+    """A module's STRATA_HOME: a fresh folder with the recorded host seeded (no probe run),
+    set in the environment for the module's tests."""
+    from tests.seed_host import seed_host
+
+    path = tmp_path_factory.mktemp(name)
+    seed_host(path)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("STRATA_HOME", str(path))
+        yield path

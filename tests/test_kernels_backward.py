@@ -8,7 +8,6 @@ the Triton ones under the interpreter on small ragged shapes, and a wrong dw red
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -17,8 +16,8 @@ import torch
 from strata.kernels import checks
 from strata.kernels.impl import builtin_implementations, from_source
 from strata.kernels.spec import get_spec
-from strata.kernels.verify import Pending, VerifyContext, finish, run_pending, verify_many
-from tests.conftest import verify_cases
+from strata.kernels.verify import Pending, VerifyContext, verify_many
+from tests.conftest import run_sandboxed, sandbox_verify_context, verify_cases
 
 OPS = ("rmsnorm_backward", "silu_mul_backward", "rope_backward")
 FORWARD = {"rmsnorm_backward": "rmsnorm", "silu_mul_backward": "silu_mul",
@@ -69,27 +68,11 @@ def test_training_shapes_follow_the_train_presets() -> None:
 
 @pytest.fixture(scope="module")
 def ctx(tmp_path_factory: pytest.TempPathFactory):
-    from strata.kernels.service import session
-    from strata.store import open_db
-
-    home = tmp_path_factory.mktemp("kernels-bwd-home")
-    old = os.environ.get("STRATA_HOME")
-    os.environ["STRATA_HOME"] = str(home)
-    s = session(conn=open_db(home / "strata.db"))
-    yield VerifyContext(s.conn, s.fingerprint, s.caps, force=True)
-    if old is None:
-        os.environ.pop("STRATA_HOME", None)
-    else:
-        os.environ["STRATA_HOME"] = old
+    yield from sandbox_verify_context(tmp_path_factory.mktemp("kernels-bwd-home"))
 
 
 def _run(ctx: VerifyContext, pendings: list[Pending]) -> list:
-    """Sandboxed runs, two at a time (each its own worker process)."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        results = list(pool.map(lambda p: run_pending(p, ctx.caps), pendings))
-    return [finish(p, r, ctx) for p, r in zip(pendings, results, strict=True)]
+    return run_sandboxed(ctx, pendings)
 
 
 def test_avx2_implementations_verify_in_the_sandbox(ctx: VerifyContext) -> None:

@@ -7,7 +7,6 @@ reject (a backward that ignores the causal mask, one that forgets the grouped he
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -19,7 +18,7 @@ from strata.kernels.impl import builtin_implementations, from_source
 from strata.kernels.shm import Arena
 from strata.kernels.spec import get_spec
 from strata.kernels.verify import Pending, VerifyContext, finish, run_pending
-from tests.conftest import verify_cases
+from tests.conftest import sandbox_verify_context, verify_cases
 
 OPS = ("attention_lse", "attention_backward", "cross_entropy_fused")
 GQA_SHAPES = [{"H": 4, "Hkv": 2, "T": 5, "D": 16}, {"H": 6, "Hkv": 2, "T": 33, "D": 12},
@@ -117,18 +116,7 @@ def _check_o_and_lse(spec, shape: dict[str, int], slot) -> None:
 
 @pytest.fixture(scope="module")
 def ctx(tmp_path_factory: pytest.TempPathFactory):
-    from strata.kernels.service import session
-    from strata.store import open_db
-
-    home = tmp_path_factory.mktemp("kernels-bwd-home")
-    old = os.environ.get("STRATA_HOME")
-    os.environ["STRATA_HOME"] = str(home)
-    s = session(conn=open_db(home / "strata.db"))
-    yield VerifyContext(s.conn, s.fingerprint, s.caps, force=True)
-    if old is None:
-        os.environ.pop("STRATA_HOME", None)
-    else:
-        os.environ["STRATA_HOME"] = old
+    yield from sandbox_verify_context(tmp_path_factory.mktemp("kernels-bwd-home"))
 
 
 def _verify(ctx: VerifyContext, impls: list, shapes: dict[str, list] | None = None,

@@ -18,6 +18,7 @@ import torch
 from strata.kernels import checks
 from strata.kernels.ops import _kquant, _kquant_x8, _quant
 from strata.kernels.ops._linear_q import linear as linear_q
+from strata.kernels.ops._linear_q import quantize_rows
 from strata.kernels.ops.rope import tables
 from strata.kernels.spec import Clause, KernelSpec, Shape, all_specs, get_spec
 
@@ -213,6 +214,48 @@ def _tanh_gelu_overflowing(a: Any, b: Any) -> Any:
     return 0.5 * x * (1 + th) * b.float()
 
 
+def _swiglu_oai_unclamped(a: Any, b: Any) -> Any:
+    """x·sigmoid(1.702·x)·(y + 1) with neither a nor b clamped to 7."""
+    x, y = a.double(), b.double()
+    return x * torch.sigmoid(1.702 * x) * (y + 1)
+
+
+def _swiglu_oai_overflowing(a: Any, b: Any) -> Any:
+    """The clamps kept, sigmoid(z) as (1 + tanh(z/2)) / 2 with tanh = (e^u - e^-u) / (e^u + e^-u)
+    in float32: inf / inf for a ≪ 0."""
+    x, y = a.float().clamp(max=7.0), b.float().clamp(-7.0, 7.0)
+    u = 0.851 * x
+    th = (torch.exp(u) - torch.exp(-u)) / (torch.exp(u) + torch.exp(-u))
+    return x * 0.5 * (1 + th) * (y + 1)
+
+
+def _sinks_at(spec: KernelSpec, i: list[Any], p: dict[str, Any], *, window: int | None = None,
+              sinks: Any = None) -> Any:
+    """attention_sinks with another window than pos[1], or other sinks."""
+    q, k, v, pos, sk = _f64(i)
+    w = int(pos[1]) if window is None else window
+    return spec.reference(q, k, v, torch.tensor([int(pos[0]), w]),
+                          sk if sinks is None else sinks, **p)
+
+
+def _sink_first(i: list[Any], p: dict[str, Any], s: Shape) -> Any:
+    """The sink folded in first, as the online softmax's initial state (m0 = sink,
+    l0 = e^(sink - m0)): NaN for a sink of -inf."""
+    q, k, v, _, sk = _f64(i)
+    P, T, W = s["P"], s["T"], s["W"]
+    lo = max(0, P - W + 1) if W > 0 else 0
+    g = _groups(q, k)
+    k, v = (t[:, lo:P + T].repeat_interleave(g, 0) for t in (k, v))
+    keys, query = torch.arange(lo, P + T)[None, :], torch.arange(P, P + T)[:, None]
+    seen = (keys <= query) & ((keys > query - W) if W > 0 else True)
+    scores = ((q @ k.transpose(-1, -2)) * p["scale"]).masked_fill(~seen, float("-inf"))
+    m0 = sk[:, None, None]
+    l0 = torch.exp(m0 - m0)
+    m = torch.maximum(m0, scores.amax(-1, keepdim=True))
+    e = torch.exp(scores - m)
+    return (e @ v) / (l0 * torch.exp(m0 - m) + e.sum(-1, keepdim=True))
+
+
 VIOLATORS: dict[tuple[str, str], Violator] = {
     ("matmul", "ragged"): _v_ragged,
     ("linear_f32", "ragged"): _v_ragged,
@@ -223,6 +266,9 @@ VIOLATORS: dict[tuple[str, str], Violator] = {
     ("silu_mul_backward", "ragged"): _v_ragged,
     ("gelu_mul", "ragged"): _v_ragged,
     ("gelu_mul", "saturation"): lambda sp, i, p, s: _tanh_gelu_overflowing(*i),
+    ("swiglu_oai", "ragged"): _v_ragged,
+    ("swiglu_oai", "clamp"): lambda sp, i, p, s: _swiglu_oai_unclamped(*i),
+    ("swiglu_oai", "saturation"): lambda sp, i, p, s: _swiglu_oai_overflowing(*i),
     # x used as float32, not rounded to float16 first
     ("linear_f16", "x_ties"): lambda sp, i, p, s: i[0].double() @ i[1].double().T,
     ("matvec_q8_0", "special_scales"):
@@ -276,6 +322,19 @@ VIOLATORS: dict[tuple[str, str], Violator] = {
     ("attention_window", "gqa"): lambda sp, i, p, s: sp.reference(
         *_f64([i[0], _tile(i[1], _groups(i[0], i[1])), _tile(i[2], _groups(i[0], i[1]))]),
         i[3], **p),
+    # the window ignored (W taken as 0): every row up to the query's own, poisoned ones too
+    ("attention_sinks", "outside_window"): lambda sp, i, p, s: _sinks_at(sp, i, p, window=0),
+    # W = 0 taken as a window of 1 (attention_window's W >= 1 guard)
+    ("attention_sinks", "no_window"): lambda sp, i, p, s: _sinks_at(sp, i, p, window=1),
+    ("attention_sinks", "window_per_query"): lambda sp, i, p, s: _sinks_at(
+        sp, i, p, window=s["W"] + s["T"] - 1),
+    # the sink ignored (-inf): plain attention where nearly all weight is the sink's
+    ("attention_sinks", "large_sink"): lambda sp, i, p, s: _sinks_at(
+        sp, i, p, sinks=torch.full((s["H"],), float("-inf"), dtype=torch.float64)),
+    ("attention_sinks", "negative_sink"): lambda sp, i, p, s: _sink_first(i, p, s),
+    ("attention_sinks", "gqa"): lambda sp, i, p, s: sp.reference(
+        *_f64([i[0], _tile(i[1], _groups(i[0], i[1])), _tile(i[2], _groups(i[0], i[1]))]),
+        i[3], i[4].double(), **p),
     ("cross_entropy", "large_logits"): lambda sp, i, p, s: _ce_unshifted(*i)[0],
     ("cross_entropy_fused", "large_logits"): lambda sp, i, p, s: torch.cat(
         [t.reshape(-1) for t in _ce_unshifted(*i)]),
@@ -308,6 +367,30 @@ for _kind in _kquant_x8.KINDS:  # the same rules broken, the weights read from t
         VIOLATORS[(f"linear_{_kind}x8", _name)] = (
             lambda sp, i, p, s, k=_kind, n=_name: VIOLATORS[(f"linear_{k}", n)](
                 sp, [i[0], _kquant_x8.unpack(k, i[1], s["K"])], p, s))
+VIOLATORS.update({
+    ("linear_mxfp4", "ties"): lambda sp, i, p, s: _linear_q("mxfp4", *i, half_away=True),
+    ("linear_mxfp4", "zero_block"): lambda sp, i, p, s: _linear_q("mxfp4", *i, guard=False),
+    ("linear_mxfp4", "subnormal_dx"): lambda sp, i, p, s: _linear_q("mxfp4", *i, flush_dx=True),
+    # q4_0's nibble - 8 for the e2m1 table
+    ("linear_mxfp4", "e2m1_codes"): lambda sp, i, p, s: _mxfp4_misread(*i, nibble_minus_8=True),
+    # e read as a signed byte: e >= 128 scales by 2^(e-384), ~0 (here: e set to 0)
+    ("linear_mxfp4", "exponents"): lambda sp, i, p, s: _mxfp4_misread(*i, signed_e=True),
+})
+
+
+def _mxfp4_misread(x: Any, w: Any, *, nibble_minus_8: bool = False,
+                   signed_e: bool = False) -> Any:
+    """linear_mxfp4 with its weight blocks misread."""
+    blocks = w.clone().view(w.shape[0], -1, _quant.BLOCK_BYTES["mxfp4"])
+    if signed_e:
+        blocks[:, :, 0] = torch.where(blocks[:, :, 0] >= 128, 0, blocks[:, :, 0])
+    qw, dw = _quant.decode("mxfp4", blocks.view(w.shape), x.shape[1])
+    if nibble_minus_8:
+        body = blocks[:, :, 1:].to(torch.int64)
+        qw = (torch.cat([body & 0xF, body >> 4], dim=2) - 8).float()
+    qx, dx = quantize_rows(x)
+    ax = (qx * dx[..., None]).double().reshape(x.shape)
+    return (ax @ (qw * dw[..., None]).double().reshape(w.shape[0], -1).T).float()
 
 
 def _linear_q_any(kind: str, x: Any, w: Any) -> Any:
@@ -494,7 +577,8 @@ def test_dims_recover_the_shape_from_the_call_tensors(op: str) -> None:
                                                                "float32"))
         assert spec.dims(out, *inputs) == shape, (op, shape)
         meta = [torch.empty(t.shape, dtype=t.dtype, device="meta") for t in (out, *inputs)]
-        valued = {"attention_cached": ("P",), "attention_window": ("P", "W")}.get(op, ())
+        valued = {"attention_cached": ("P",), "attention_window": ("P", "W"),
+                  "attention_sinks": ("P", "W")}.get(op, ())
         want = {k: v for k, v in shape.items() if k not in valued}
         assert spec.dims(*meta) == want, (op, shape)  # pos's values: none on the meta device
 
@@ -503,9 +587,11 @@ def test_dims_recover_the_shape_from_the_call_tensors(op: str) -> None:
 
 # the dim that counts the rows (tokens) an op is called with
 ROWS = {"rmsnorm": "rows", "silu_mul": "rows", "rope": "T", "attention_cached": "T",
-        "gelu_mul": "rows", "attention_window": "T",
+        "gelu_mul": "rows", "attention_window": "T", "swiglu_oai": "rows",
+        "attention_sinks": "T",
         "linear_f32": "B", "linear_f16": "B", "linear_q8_0": "B", "linear_q4_0": "B",
-        "linear_q5_0": "B", "linear_q4_1": "B", "linear_q5_1": "B", "linear_q4_K": "B",
+        "linear_q5_0": "B", "linear_q4_1": "B", "linear_q5_1": "B", "linear_mxfp4": "B",
+        "linear_q4_K": "B",
         "linear_q5_K": "B", "linear_q6_K": "B", "linear_q4_Kx8": "B", "linear_q6_Kx8": "B",
         "rmsnorm_backward": "rows", "silu_mul_backward": "rows", "rope_backward": "T",
         "cross_entropy_fused": "rows", "matmul": "M"}

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from strata.errors import InputError
-from tests.conftest import verify_cases
+from tests.conftest import run_sandboxed, sandbox_verify_context, verify_cases
 
 torch = pytest.importorskip("torch")
 
@@ -120,32 +120,11 @@ C_DIR = Path(__file__).parent.parent / "src/strata/kernels/sources/c"
 
 @pytest.fixture(scope="module")
 def ctx(tmp_path_factory: pytest.TempPathFactory):
-    import os
-
-    from strata.kernels.service import session
-    from strata.kernels.verify import VerifyContext
-    from strata.store import open_db
-
-    home = tmp_path_factory.mktemp("kernels-linear-f-home")
-    old = os.environ.get("STRATA_HOME")
-    os.environ["STRATA_HOME"] = str(home)
-    s = session(conn=open_db(home / "strata.db"))
-    yield VerifyContext(s.conn, s.fingerprint, s.caps, force=True)
-    if old is None:
-        os.environ.pop("STRATA_HOME", None)
-    else:
-        os.environ["STRATA_HOME"] = old
+    yield from sandbox_verify_context(tmp_path_factory.mktemp("kernels-linear-f-home"))
 
 
 def _run(ctx, pendings: list) -> list:
-    """Sandboxed runs, two at a time (each its own worker process)."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    from strata.kernels.verify import finish, run_pending
-
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        results = list(pool.map(lambda p: run_pending(p, ctx.caps), pendings))
-    return [finish(p, r, ctx) for p, r in zip(pendings, results, strict=True)]
+    return run_sandboxed(ctx, pendings)
 
 
 def _pending(ctx, impl, shapes: list[dict[str, int]] | None = None,

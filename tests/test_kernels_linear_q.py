@@ -13,7 +13,6 @@ must reject — the tolerance has to tell "quantised the ggml way" from "not qua
 from __future__ import annotations
 
 import ctypes
-import os
 from pathlib import Path
 
 import numpy as np
@@ -25,8 +24,8 @@ from strata.kernels.impl import builtin_implementations, from_source
 from strata.kernels.ops import _linear_q, _quant
 from strata.kernels.ops._shapes import model_dims
 from strata.kernels.spec import get_spec
-from strata.kernels.verify import Pending, VerifyContext, finish, plan, run_pending
-from tests.conftest import verify_cases
+from strata.kernels.verify import Pending, VerifyContext, plan
+from tests.conftest import run_sandboxed, sandbox_verify_context, verify_cases
 
 OPS = ("linear_q8_0", "linear_q4_0", "linear_q5_0", "linear_q4_1", "linear_q5_1")
 SOURCES = Path(__file__).parent.parent / "src/strata/kernels/sources/c"
@@ -175,27 +174,11 @@ def test_c_kernels_give_the_hand_computed_result(kind: str, variant: str) -> Non
 
 @pytest.fixture(scope="module")
 def ctx(tmp_path_factory: pytest.TempPathFactory):
-    from strata.kernels.service import session
-    from strata.store import open_db
-
-    home = tmp_path_factory.mktemp("kernels-linq-home")
-    old = os.environ.get("STRATA_HOME")
-    os.environ["STRATA_HOME"] = str(home)
-    s = session(conn=open_db(home / "strata.db"))
-    yield VerifyContext(s.conn, s.fingerprint, s.caps, force=True)
-    if old is None:
-        os.environ.pop("STRATA_HOME", None)
-    else:
-        os.environ["STRATA_HOME"] = old
+    yield from sandbox_verify_context(tmp_path_factory.mktemp("kernels-linq-home"))
 
 
 def _run(ctx: VerifyContext, pendings: list[Pending]) -> list:
-    """Sandboxed runs, two at a time (each its own worker process)."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        results = list(pool.map(lambda p: run_pending(p, ctx.caps), pendings))
-    return [finish(p, r, ctx) for p, r in zip(pendings, results, strict=True)]
+    return run_sandboxed(ctx, pendings)
 
 
 def _pending(impl, ctx: VerifyContext, **job) -> Pending:

@@ -15,7 +15,10 @@ block, scaled by the product of the two fp16 scales:
     isum  = sum_j q_w[j] * q_x[j]                         (integer, exact)
     out   = sum_blocks f32(d_w) * f32(d_x) * isum
 
-with q_w the int8 weights (q8_0), nibble-8 (q4_0) or nibble+16*bit-16 (q5_0). The reference
+with q_w the int8 weights (q8_0), nibble-8 (q4_0) or nibble+16*bit-16 (q5_0). MXFP4
+(`vec_dot_mxfp4_q8_0`, linear_mxfp4.py) is the same with q_w = MXFP4_VALUES[nibble] (e2m1
+doubled: 0, ±1, ±2, ±3, ±4, ±6, ±8, ±12) and d_w = 2^(e-128) from the block's exponent byte.
+The reference
 quantises x in float32 the same way and sums in float64 (exact up to the final rounding), so a
 correct kernel differs from it only by its float32 summation order. The vendor path (`eager`,
 also dispatch's fallback) is the same computation with a float32 matmul over the dequantised
@@ -48,8 +51,10 @@ PREFILL_ROWS = 64  # a prefill chunk of prompt tokens through the same op
 X_SCALE = 8.0
 
 # Why this tolerance (float32; the only dtype of the op): the integer part is exact, the
-# scales are products of two fp16 values (exact in float32), so the only freedom a correct
-# kernel has is the float32 rounding of d*isum per block and of the sum over the K/32 blocks:
+# scales are products of two fp16 values (exact in float32; mxfp4's 2^(e-128)·d_x too but
+# below float32's normal range, where a block adds ~1e-35 to outputs well above 1), so the
+# only freedom a correct kernel has is the float32 rounding of d*isum per block and of the
+# sum over the K/32 blocks:
 # a relative error of a few 1e-7 of the output's RMS. The smallest *modelling* error we must
 # catch is far larger: skipping the activation quantisation (fp32 x) is off by ~0.5% of the
 # RMS, keeping d_x in float32 instead of fp16 by ~1e-4 at small K, rounding half away from
@@ -175,8 +180,13 @@ def _tiny_rows(inputs, shape, seed):
     x.mul_(4e-3 / x.abs().amax(dim=1, keepdim=True).clamp_min(1e-30))
 
 
-def _clauses(kind: str) -> tuple[Clause, ...]:
+def _clauses(kind: str, weight_clauses: tuple[Clause, ...] | None) -> tuple[Clause, ...]:
+    """The activation clauses every kind shares, then the weights' own (by default: the fp16
+    block scales' special values)."""
     shape = {"B": 3, "N": 9, "K": 128}
+    if weight_clauses is None:
+        weight_clauses = (special_scales(kind, 1, {"B": 3, "N": 12, "K": 128},
+                                         name="weight_scales"),)
     return (
         Clause("ties", "x·id exactly halfway between two integers rounds half to even "
                "(q_x = round_half_even(x·id)), not away from zero.", shape, _ties),
@@ -184,11 +194,11 @@ def _clauses(kind: str) -> tuple[Clause, ...]:
                "contributes 0 (no 0/0, no NaN).", shape, _zero_blocks),
         Clause("subnormal_dx", "A block of x whose amax/127 lies below fp16's normal range "
                "keeps its fp16 subnormal d_x (no flush to zero).", shape, _tiny_rows),
-        special_scales(kind, 1, {"B": 3, "N": 12, "K": 128}, name="weight_scales"),
+        *weight_clauses,
     )
 
 
-def _spec(kind: str) -> KernelSpec:
+def _spec(kind: str, weight_clauses: tuple[Clause, ...] | None = None) -> KernelSpec:
     block = _quant.BLOCK_BYTES[kind]
 
     def inputs(s, dtype, seed, device):
@@ -228,7 +238,7 @@ def _spec(kind: str) -> KernelSpec:
         bytes=lambda s, e: float(weight_bytes(s) + 4 * s["B"] * (s["K"] + s["N"])),
         sizes=lambda o, x, w: (x.shape[0], w.shape[0], x.shape[1]),
         dims=dims_of(B=(1, 0), N=(2, 0), K=(1, 1)),
-        clauses=_clauses(kind),
+        clauses=_clauses(kind, weight_clauses),
         shapes={
             "verify": [{"B": 1, "N": 1, "K": 32}, {"B": 1, "N": 7, "K": 96},
                        {"B": 3, "N": 40, "K": 64}, {"B": 2, "N": 33, "K": 256},
@@ -247,5 +257,7 @@ def _dtype(name: str) -> Any:
     return getattr(torch, name)
 
 
-def register_linear(kind: str) -> KernelSpec:
-    return register(_spec(kind))
+def register_linear(kind: str, weight_clauses: tuple[Clause, ...] | None = None) -> KernelSpec:
+    """Register linear_<kind>; `weight_clauses` replace the fp16-scale clause for a kind whose
+    blocks carry no fp16 scale (mxfp4)."""
+    return register(_spec(kind, weight_clauses))

@@ -1,6 +1,7 @@
 /* strata_attention.h: the attention building blocks the built-in `c` attention kernels
  * share (attention, attention_lse, attention_backward: q.k scores and P.V rows; decode_attention
- * attention_cached and attention_window: the flash-decoding quad and its driver). Hashed with each user like strata_simd.h.
+ * attention_cached, attention_window and attention_sinks: the flash-decoding quad and its
+ * driver, with an optional sink logit per query head). Hashed with each user like strata_simd.h.
  * The functions are `static` (not inline: the compiler decides, as it did when each kernel
  * held its own copy); a kernel that leaves one unused gets no code for it. */
 #ifndef STRATA_ATTENTION_H
@@ -83,9 +84,13 @@ static STRATA_UNUSED void pv_accum(float *o, const float *p, const float *v, int
 #define DEC_BS 32  /* keys per online-softmax block of decode_quad */
 
 /* One work item: queries q0..q3 (may repeat for padding) against one kv head.
-   acc is scratch [4][D]; results for the first nq queries go to o[j]. */
-static STRATA_UNUSED void decode_quad(float *const o[4], const float *const qp[4], const float *kh,
-                        const float *vh, int64_t S, int64_t D, float scale, int nq, float *acc) {
+   acc is scratch [4][D]; results for the first nq queries go to o[j]. sink: NULL, or each
+   query's sink logit (gpt-oss): after the keys it joins the running max and the sum, not the
+   values and unscaled, as ggml's flash_attn_ext with sinks (a sink of -inf adds nothing). */
+static STRATA_UNUSED void decode_quad_sinks(float *const o[4], const float *const qp[4],
+                                            const float *kh, const float *vh, int64_t S,
+                                            int64_t D, float scale, int nq, float *acc,
+                                            const float *sink) {
     float sc[DEC_BS * 4] __attribute__((aligned(32)));  /* layout [s][j] */
     const int64_t D8 = D & ~(int64_t)7;
     const __m256i dm = tailmask(D - D8);
@@ -214,10 +219,16 @@ static STRATA_UNUSED void decode_quad(float *const o[4], const float *const qp[4
             _mm256_maskstore_ps(c3 + d, m, x3);
         }
     }
-    float l[4];
+    float l[4], mr[4];
     _mm_storeu_ps(l, lrun);
+    _mm_storeu_ps(mr, mrun);
     for (int j = 0; j < nq; j++) {
-        const __m256 inv = _mm256_set1_ps(1.0f / l[j]);
+        float f = 1.0f / l[j];
+        if (sink) {  /* m = max(mrun, sink): e^(mrun-m) rescales the keys' sum and values */
+            const float m = sink[j] > mr[j] ? sink[j] : mr[j], a = expf(mr[j] - m);
+            f = a / (l[j] * a + expf(sink[j] - m));
+        }
+        const __m256 inv = _mm256_set1_ps(f);
         const float *cj = acc + j * D;
         int64_t d = 0;
         for (; d < D8; d += 8) _mm256_storeu_ps(o[j] + d, _mm256_mul_ps(_mm256_loadu_ps(cj + d), inv));
@@ -225,25 +236,35 @@ static STRATA_UNUSED void decode_quad(float *const o[4], const float *const qp[4
     }
 }
 
-/* attention_cached's and attention_window's work item `item` = ((g * quads + quad) * T + t):
-   queries of heads g*G + 4*quad + j, row t, over keys 0..P+t of kv head g — or, with a
-   window W > 0, over its last W keys only (rows P+t-W+1..P+t; earlier rows never touched). */
+/* decode_quad_sinks without sinks (decode_attention's quad). */
+static STRATA_UNUSED void decode_quad(float *const o[4], const float *const qp[4], const float *kh,
+                        const float *vh, int64_t S, int64_t D, float scale, int nq, float *acc) {
+    decode_quad_sinks(o, qp, kh, vh, S, D, scale, nq, acc, NULL);
+}
+
+/* attention_cached's, attention_window's and attention_sinks' work item
+   `item` = ((g * quads + quad) * T + t): queries of heads g*G + 4*quad + j, row t, over keys
+   0..P+t of kv head g — or, with a window W > 0, over its last W keys only (rows
+   P+t-W+1..P+t; earlier rows never touched); sinks: NULL or [H], head h's sink logit. */
 static STRATA_UNUSED void cached_item(float *out, const float *q, const float *k,
-                                      const float *v, int64_t H, int64_t Hkv, int64_t T,
-                                      int64_t C, int64_t D, int64_t P, int64_t W, float scale,
-                                      int64_t item, int64_t quads, float *acc) {
+                                      const float *v, const float *sinks, int64_t H,
+                                      int64_t Hkv, int64_t T, int64_t C, int64_t D, int64_t P,
+                                      int64_t W, float scale, int64_t item, int64_t quads,
+                                      float *acc) {
     const int64_t G = H / Hkv, t = item % T, gq = item / T, g = gq / quads;
     const int64_t j0 = (gq % quads) * 4, end = P + t + 1;
     const int64_t lo = W > 0 && end > W ? end - W : 0;
     const int nq = (int)(G - j0 < 4 ? G - j0 : 4);
-    float *o[4];
+    float *o[4], sk[4];
     const float *qp[4];
     for (int j = 0; j < 4; j++) {  /* padding lanes repeat the last query; not stored */
         const int64_t h = g * G + j0 + (j < nq ? j : nq - 1);
         o[j] = out + (h * T + t) * D;
         qp[j] = q + (h * T + t) * D;
+        sk[j] = sinks ? sinks[h] : 0.0f;
     }
-    decode_quad(o, qp, k + (g * C + lo) * D, v + (g * C + lo) * D, end - lo, D, scale, nq, acc);
+    decode_quad_sinks(o, qp, k + (g * C + lo) * D, v + (g * C + lo) * D, end - lo, D, scale,
+                      nq, acc, sinks ? sk : NULL);
 }
 
 
@@ -253,13 +274,14 @@ static STRATA_UNUSED void cached_item(float *out, const float *q, const float *k
 #define CACHED_MIN_WORK ((int64_t)1 << 18)
 #endif
 
-/* attention_cached (W = 0) and attention_window (W > 0): every work item, in parallel
-   (OpenMP, over heads and query rows) when the work amortises a team; every item is
-   computed the same way on any thread, so results do not depend on the thread count. */
-static STRATA_UNUSED void cached_attention(float *out, const float *q, const float *k,
-                                           const float *v, int64_t P, int64_t W, int64_t H,
-                                           int64_t Hkv, int64_t T, int64_t C, int64_t D,
-                                           float scale) {
+/* attention_cached (W = 0), attention_window (W > 0) and attention_sinks (either, sinks
+   [H]; NULL: none): every work item, in parallel (OpenMP, over heads and query rows) when
+   the work amortises a team; every item is computed the same way on any thread, so results
+   do not depend on the thread count. */
+static STRATA_UNUSED void cached_attention_sinks(float *out, const float *q, const float *k,
+                                                 const float *v, const float *sinks,
+                                                 int64_t P, int64_t W, int64_t H, int64_t Hkv,
+                                                 int64_t T, int64_t C, int64_t D, float scale) {
     if (H <= 0 || T <= 0 || D <= 0 || Hkv <= 0) return;
     const int64_t G = H / Hkv, quads = (G + 3) / 4, items = Hkv * quads * T;
     const int64_t keys = W > 0 ? T * (W < P + 1 ? W : P + 1) : T * P + T * (T + 1) / 2;
@@ -267,7 +289,7 @@ static STRATA_UNUSED void cached_attention(float *out, const float *q, const flo
         float *acc = (float *)malloc((size_t)(4 * D) * sizeof(float));
         if (!acc) return;
         for (int64_t it = 0; it < items; it++)
-            cached_item(out, q, k, v, H, Hkv, T, C, D, P, W, scale, it, quads, acc);
+            cached_item(out, q, k, v, sinks, H, Hkv, T, C, D, P, W, scale, it, quads, acc);
         free(acc);
         return;
     }
@@ -277,9 +299,18 @@ static STRATA_UNUSED void cached_attention(float *out, const float *q, const flo
         /* consecutive items share a kv head (locality); causal rows differ in cost */
 #pragma omp for schedule(dynamic, 4)
         for (int64_t it = 0; it < items; it++)
-            if (acc) cached_item(out, q, k, v, H, Hkv, T, C, D, P, W, scale, it, quads, acc);
+            if (acc) cached_item(out, q, k, v, sinks, H, Hkv, T, C, D, P, W, scale, it,
+                                 quads, acc);
         free(acc);
     }
+}
+
+/* cached_attention_sinks without sinks (attention_cached, attention_window). */
+static STRATA_UNUSED void cached_attention(float *out, const float *q, const float *k,
+                                           const float *v, int64_t P, int64_t W, int64_t H,
+                                           int64_t Hkv, int64_t T, int64_t C, int64_t D,
+                                           float scale) {
+    cached_attention_sinks(out, q, k, v, NULL, P, W, H, Hkv, T, C, D, scale);
 }
 
 #endif /* STRATA_ATTENTION_H */

@@ -1,6 +1,6 @@
-/* strata_q8_0x.h: what the AVX2 linear kernels with unsigned 4/5-bit weights (linear_q4_0,
- * linear_q5_0, linear_q4_1, linear_q5_1 .avx2.c) share: x quantised to q8_0 as ggml's AVX2
- * quantize_row_q8_0 does (q8_1 for the min types: the same q_x and d_x, plus
+/* strata_q8_0x.h: what the AVX2 linear kernels with 4/5-bit weights (linear_q4_0,
+ * linear_q5_0, linear_q4_1, linear_q5_1, linear_mxfp4 .avx2.c) share: x quantised to q8_0
+ * as ggml's AVX2 quantize_row_q8_0 does (q8_1 for the min types: the same q_x and d_x, plus
  * s_x = fp16(amax/127 * sum q_x) with the float32 amax/127), in pairs of blocks laid out for
  * the weights, and (in strata_q8_0x_run.h) the tiled, threaded driver. Hashed with each user.
  *
@@ -10,7 +10,12 @@
  * (the blocks at p and p + BLOCK_BYTES as unsigned values against an xpair, and their
  * scales) between including this header and strata_q8_0x_run.h, whose q8_0x_run(out, x,
  * w, B, N, K) does the rest; MIN_TERM 1 for blocks with an fp16 min at byte 2 (value
- * d*q + m: q4_1, q5_1). */
+ * d*q + m: q4_1, q5_1); LANE_OFFSET 1 to take the offset back in every int32 lane of a
+ * block's dot (-OFFSET times the sum of the 8 q_x that lane multiplies), not in one lane
+ * for the whole block: every lane then holds a true partial sum of q_w*q_x. mxfp4 needs it
+ * (its table values + 12 with OFFSET 12; scales up to 2^127): one lane's correction would
+ * leave the others at 12 * a partial sum of q_x * the scale, which overflows or swamps the
+ * row before the float32 sum of the lanes cancels it. */
 #ifndef STRATA_Q8_0X_H
 #define STRATA_Q8_0X_H
 
@@ -38,8 +43,10 @@ typedef struct {
     __m256 s;
 } xpair;
 
-/* One 32-block of x quantised into half `h` (0: block 2p, 1: block 2p+1) of pair `out`. */
-static inline void q8_0x_quantize(const float *x, xpair *out, int h, int offset) {
+/* One 32-block of x quantised into half `h` (0: block 2p, 1: block 2p+1) of pair `out`;
+ * per_lane: c as LANE_OFFSET asks (strata_q8_0x_run.h). */
+static inline void q8_0x_quantize(const float *x, xpair *out, int h, int offset,
+                                  int per_lane) {
     __m256 v0 = _mm256_loadu_ps(x), v1 = _mm256_loadu_ps(x + 8);
     __m256 v2 = _mm256_loadu_ps(x + 16), v3 = _mm256_loadu_ps(x + 24);
     const __m256 sign = _mm256_set1_ps(-0.0f);
@@ -77,6 +84,19 @@ static inline void q8_0x_quantize(const float *x, xpair *out, int h, int offset)
         ss[4 * h + j] = 0.0f;
     }
     cc[4 * h] = -offset * _mm_cvtsi128_si32(s4);
+    if (per_lane) {
+        /* int32 lane j of a block's dot sums the products of q_x[4j..4j+3] and
+         * q_x[16+4j..16+4j+3] (vpmaddubsw, vpmaddwd over lo and hi): with a[i] = q[i] +
+         * q[16+i] and b[i] = q[8+i] + q[24+i], lane j < 2 takes a[4j..4j+3], j >= 2
+         * b[4(j-2)..4(j-2)+3]; two hadds leave A0 B0 A0 B0 | A1 B1 A1 B1 (the four sums). */
+        const __m256i a = _mm256_add_epi32(i0, i2), b = _mm256_add_epi32(i1, i3);
+        __m256i hs = _mm256_hadd_epi32(a, b);
+        hs = _mm256_hadd_epi32(hs, hs);
+        hs = _mm256_permutevar8x32_epi32(hs, _mm256_setr_epi32(0, 4, 1, 5, 0, 4, 1, 5));
+        int32_t part[8];
+        _mm256_storeu_si256((__m256i *)part, hs);
+        for (int j = 0; j < 4; j++) cc[4 * h + j] = -offset * part[j];
+    }
     const float s_x = (amax / 127.0f) * (float)_mm_cvtsi128_si32(s4);
     ss[4 * h] = _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtps_ph(_mm_set_ss(s_x), _MM_FROUND_TO_NEAREST_INT)));
 }

@@ -1,5 +1,6 @@
-/* strata_q8_0x_run.h: the tiled, threaded driver of the AVX2 q4_0/q5_0 linear kernels; see
- * strata_q8_0x.h (the including kernel defines BLOCK_BYTES, OFFSET and weight_pair() first).
+/* strata_q8_0x_run.h: the tiled, threaded driver of the AVX2 q4_0/q5_0/q4_1/q5_1/mxfp4 linear
+ * kernels; see strata_q8_0x.h (the including kernel defines BLOCK_BYTES, OFFSET and
+ * weight_pair() first).
  * pair_step and tile are always inlined: nr, nb and two are constants at each call, the loops
  * unroll and acc[][] stays in registers. */
 #ifndef STRATA_Q8_0X_RUN_H
@@ -9,6 +10,9 @@
 
 #ifndef MIN_TERM
 #define MIN_TERM 0  /* blocks without a min (q4_0, q5_0) */
+#endif
+#ifndef LANE_OFFSET
+#define LANE_OFFSET 0  /* the offset's correction in one lane per block (q4_0, q5_0) */
 #endif
 
 /* One pair of blocks (`two`) or the odd last block of weight rows r < nr against rows
@@ -80,9 +84,9 @@ static inline void q8_0x_run(float *out, const float *x, const uint8_t *w,
 #pragma omp for schedule(static)
         for (int64_t i = 0; i < B * npairs; i++) {
             const int64_t b = i / npairs, pr = i % npairs, blk = 2 * pr;
-            q8_0x_quantize(x + b * K + blk * QK, xq + i, 0, OFFSET);
+            q8_0x_quantize(x + b * K + blk * QK, xq + i, 0, OFFSET, LANE_OFFSET);
             if (blk + 1 < nblocks) {
-                q8_0x_quantize(x + b * K + (blk + 1) * QK, xq + i, 1, OFFSET);
+                q8_0x_quantize(x + b * K + (blk + 1) * QK, xq + i, 1, OFFSET, LANE_OFFSET);
             } else {  /* odd block count: an empty second half (q = 0, d = 0, c = 0) */
                 memset((int8_t *)&xq[i].lo + 16, 0, 16);
                 memset((int8_t *)&xq[i].hi + 16, 0, 16);
