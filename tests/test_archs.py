@@ -39,8 +39,7 @@ pytest.importorskip("llama_cpp", reason="llama-cpp-python (the llamacpp extra) n
 from strata.engine import load
 from strata.models.source import resolve
 from strata.ring.runtime.local import LocalRing
-from tests.conftest import local_ring, ring_drive
-from tests.seed_host import seed_host
+from tests.conftest import local_ring, ring_drive, seeded_home
 from tests.test_gguf_torch import (
     lab_greedy,
     llama_cpp_greedy,
@@ -58,11 +57,7 @@ WINDOW = 16  # tiny-gemma3's sliding window
 
 @pytest.fixture(scope="module")
 def home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    path = tmp_path_factory.mktemp("archs-home")
-    seed_host(path)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("STRATA_HOME", str(path))
-        yield path
+    yield from seeded_home(tmp_path_factory, "archs-home")
 
 
 @pytest.fixture(scope="module")

@@ -137,9 +137,8 @@ def attention(net: Net, i: int, h: torch.Tensor, cos: torch.Tensor, sin: torch.T
         kv.v[:, kv.pos:kv.pos + t].copy_(v.transpose(0, 1))
         keys, values, pos, pos_t, window = kv.k, kv.v, kv.pos, kv.pos_t, kv.window
     o = net.ops.attention(q.transpose(-3, -2), keys, values, pos, pos_t, 1.0 / math.sqrt(d),
-                          window)
-    return net.ops.linear(o.transpose(-3, -2).reshape(*lead, t, s.n_heads * d),
-                          net.w(i, "o"))
+                          window, net.opt(i, "sinks"))
+    return proj(net, i, "o", o.transpose(-3, -2).reshape(*lead, t, s.n_heads * d))
 
 
 def qkv(net: Net, i: int, h: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -163,15 +162,21 @@ def mlp(net: Net, i: int, h: torch.Tensor) -> torch.Tensor:
 def experts(net: Net, i: int, h: torch.Tensor) -> torch.Tensor:
     """The routed experts of rows h [T, C] (strata.engine.moe.route picks and weighs them);
     each expert runs on the tokens routed to it only (a decoded token: k experts)."""
-    ids, weights = moe.route(net.ops.linear(h, net.w(i, "router")), net.shape.n_experts_used,
-                             net.renormalise)
-    gate, up, down = (net.w(i, r) for r in ("gate_exps", "up_exps", "down_exps"))
+    ids, weights = moe.route(proj(net, i, "router", h), net.shape.n_experts_used,
+                             net.renormalise, net.arch.gating)
     out = torch.zeros_like(h)
     for e in torch.unique(ids).tolist():
         tokens, slot = torch.nonzero(ids == e, as_tuple=True)
         x = h[tokens].contiguous()
-        a = net.ops.glu(net.arch.activation, net.ops.linear(x, net.ops.expert(gate, e)),
-                        net.ops.linear(x, net.ops.expert(up, e)))
-        y = net.ops.linear(a, net.ops.expert(down, e))
+        a = net.ops.glu(net.arch.activation, expert_proj(net, i, "gate_exps", e, x),
+                        expert_proj(net, i, "up_exps", e, x))
+        y = expert_proj(net, i, "down_exps", e, a)
         out.index_add_(0, tokens, y * weights[tokens, slot, None])
     return out
+
+
+def expert_proj(net: Net, i: int, role: str, e: int, x: torch.Tensor) -> torch.Tensor:
+    """Expert e's `role` matrix times rows x, plus its bias where the file has one."""
+    out = net.ops.linear(x, net.ops.expert(net.w(i, role), e))
+    bias = net.opt(i, role + "_bias")
+    return out if bias is None else out + net.ops.expert(bias, e)

@@ -9,7 +9,8 @@ Shapes: activations are rows [T, C] float32 (T tokens); `rope` takes [T, H, D] w
 [T, D/2] rotating half-split pairs (i, i + D/2); `attention` takes queries [H, T, D] at
 positions [pos, pos + T) and a layer's cache k, v [Hkv, C, D] filled up to pos + T, and is
 causal at any depth; with `window` > 0 query t sees keys pos + t - window + 1 .. pos + t only
-(sliding-window layers). A backend prepares every weight once (`prepare`) and gets back what it
+(sliding-window layers); with `sinks` [H] (gpt-oss) each head's sink logit joins the softmax's
+denominator. A backend prepares every weight once (`prepare`) and gets back what it
 prepared in `linear`, `embed`, `expert`.
 """
 
@@ -41,7 +42,8 @@ class Ops(Protocol):
     def rope(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor: ...
 
     def attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: int,
-                  pos_t: torch.Tensor, scale: float, window: int = 0) -> torch.Tensor: ...
+                  pos_t: torch.Tensor, scale: float, window: int = 0,
+                  sinks: torch.Tensor | None = None) -> torch.Tensor: ...
 
     def glu(self, activation: str, gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor: ...
 

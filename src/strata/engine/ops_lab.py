@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from strata.engine.weights import ModelWeights, Stored
+from strata.engine.weights import ModelWeights, Stored, is_bias
 from strata.errors import InputError
 from strata.kernels.dispatch import KERNEL
 from strata.lab.kernels import Kernels
@@ -23,6 +23,7 @@ from strata.lab.plan import (
     GLU_OPS,
     LINEAR_OPS,
     REPACKED,
+    SINK_OP,
     WINDOW_OP,
     X8_OPS,
     layer_ops,
@@ -32,7 +33,8 @@ from strata.lab.plan import (
 
 def lab_ops_for(weights: ModelWeights) -> list[str]:
     """The lab ops a layer range runs: the layer's own, one linear per matrix storage type."""
-    matrices = {n: w for n, w in weights.tensors.items() if len(w.shape) >= 2}
+    matrices = {n: w for n, w in weights.tensors.items()
+                if len(w.shape) >= 2 and not is_bias(n)}
     kinds = sorted({w.kind for w in matrices.values()})
     unread = [k for k in kinds if k not in LINEAR_OPS]
     if unread:
@@ -50,6 +52,8 @@ def lab_ops_for(weights: ModelWeights) -> list[str]:
 class LabOps:
     kernels: Kernels
     name: str = "lab"
+    # (row, 0): what attention_sinks reads for a layer that attends to every position
+    _full: torch.Tensor | None = None
 
     @classmethod
     def for_weights(cls, weights: ModelWeights, device: torch.device,
@@ -68,7 +72,7 @@ class LabOps:
         # matrices as stored (the kernels read the blocks), Q4_K/Q6_K moved into the x8
         # layout where that pays (the same bytes); norms and biases are the float32 vectors
         # the ops and the glue take
-        if len(w.shape) == 1:
+        if len(w.shape) == 1 or is_bias(name):  # gpt-oss's expert biases [E, N] too
             return w.data
         if len(w.shape) == 2 and self.repacks(w.kind):
             from strata.kernels.ops import _kquant_x8
@@ -118,8 +122,8 @@ class LabOps:
         self.kernels.call(linear_op(w.kind), out, x.contiguous(), w.data)
         return out
 
-    def expert(self, w: Stored, e: int) -> Stored:
-        return w.expert(e)
+    def expert(self, w: Stored | torch.Tensor, e: int) -> Stored | torch.Tensor:
+        return w[e] if isinstance(w, torch.Tensor) else w.expert(e)  # a bias, or a matrix
 
     def rmsnorm(self, x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
         x = x.contiguous()
@@ -134,14 +138,24 @@ class LabOps:
         return out
 
     def attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: int,
-                  pos_t: torch.Tensor, scale: float, window: int = 0) -> torch.Tensor:
+                  pos_t: torch.Tensor, scale: float, window: int = 0,
+                  sinks: torch.Tensor | None = None) -> torch.Tensor:
         q = q.contiguous()
         out = torch.empty_like(q)
-        if window > 0:  # pos_t holds (row, window) for the windowed op
+        if sinks is not None:  # (row, window) either way; a window of 0: every position
+            self.kernels.call(SINK_OP, out, q, k, v, pos_t if window > 0 else self._rows(pos),
+                              sinks, scale=scale)
+        elif window > 0:  # pos_t holds (row, window) for the windowed op
             self.kernels.call(WINDOW_OP, out, q, k, v, pos_t, scale=scale)
         else:
             self.kernels.call("attention_cached", out, q, k, v, pos_t, scale=scale)
         return out
+
+    def _rows(self, pos: int) -> torch.Tensor:
+        if self._full is None:
+            self._full = torch.zeros(2, dtype=torch.int64, device=self.device)
+        self._full[0] = pos
+        return self._full
 
     def glu(self, activation: str, gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
         gate = gate.contiguous()  # phi3's halves of one fused output are strided views

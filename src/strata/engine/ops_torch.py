@@ -73,7 +73,8 @@ class TorchOps:
         return torch.cat((x1 * c - x2 * s, x2 * c + x1 * s), dim=-1)
 
     def attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: int,
-                  pos_t: torch.Tensor | None, scale: float, window: int = 0) -> torch.Tensor:
+                  pos_t: torch.Tensor | None, scale: float, window: int = 0,
+                  sinks: torch.Tensor | None = None) -> torch.Tensor:
         end = pos + q.shape[-2]
         rep = q.shape[-3] // k.shape[-3]  # GQA: consecutive query heads share a KV head
         keys = k[..., :end, :].repeat_interleave(rep, dim=-3)
@@ -84,10 +85,23 @@ class TorchOps:
         mask = keys_at <= query_at
         if window > 0:  # and the last `window` positions only (llama.cpp's standard SWA)
             mask &= keys_at > query_at - window
-        return F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=scale)
+        if sinks is None:
+            return F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=scale)
+        return _sink_attention(q, keys, values, mask, scale, sinks)
 
     def glu(self, activation: str, gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
-        return _ACTIVATIONS[activation](gate) * up
+        return _GLUS[activation](gate, up)
+
+
+def _sink_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,
+                    scale: float, sinks: torch.Tensor) -> torch.Tensor:
+    """Softmax attention whose denominator also holds exp(sink) of the query's head: the
+    sink is one more (unscaled) score with no value, as ggml's soft_max with sinks."""
+    scores = (q @ k.transpose(-1, -2)) * scale  # [..., H, T, C]
+    scores = scores.masked_fill(~mask, float("-inf"))
+    sink = sinks.reshape(-1, 1, 1).expand(*scores.shape[:-1], 1)
+    probs = torch.softmax(torch.cat((scores, sink), dim=-1), dim=-1)[..., :-1]
+    return probs @ v
 
 
 def _ggml_gelu(x: torch.Tensor) -> torch.Tensor:
@@ -100,5 +114,12 @@ def _ggml_gelu(x: torch.Tensor) -> torch.Tensor:
 # gelu_mul op's docstring): transformers' exact tanh GELU differs from it by up to 2^-11
 # relative per activation, which moves logits by ~5e-4 of their scale — the difference
 # between the two references, not an error of either
-_ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
-    "silu": F.silu, "gelu": _ggml_gelu}
+def _swiglu_oai(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+    """gpt-oss's clamped SwiGLU, as ggml's swiglu_oai (alpha 1.702, limit 7)."""
+    x = gate.clamp(max=7.0)
+    return x * torch.sigmoid(1.702 * x) * (up.clamp(-7.0, 7.0) + 1.0)
+
+
+_GLUS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
+    "silu": lambda g, u: F.silu(g) * u, "gelu": lambda g, u: _ggml_gelu(g) * u,
+    "swiglu_oai": _swiglu_oai}

@@ -110,10 +110,15 @@ def wanted(name: str, first: int, last: int, n_layers: int, tied: bool) -> bool:
     return name in ROPE_TENSORS  # every range rotates its own queries and keys
 
 
+def is_bias(name: str) -> bool:
+    """A bias (1-D, or gpt-oss's per-expert [E, N]): float32 wherever it is held."""
+    return name.endswith(".bias")
+
+
 def held_bytes(t: TensorInfo, as_float: bool) -> int:
     """Bytes of tensor `t` once loaded: float32 for the torch ops (`as_float`), else as
-    stored, except what the reader widens to float32 (1-D tensors, BF16)."""
-    if as_float or len(t.shape) < 2 or t.dtype == "BF16":
+    stored, except what the reader widens to float32 (1-D tensors, biases, BF16)."""
+    if as_float or len(t.shape) < 2 or t.dtype == "BF16" or is_bias(t.name):
         return t.elements * FLOAT_BYTES
     return t.nbytes
 
@@ -195,7 +200,7 @@ def _stored(path: Path, shard: Shard, index: int, spec: ModelSpec, arch: Arch,
     rows = int(np.prod(shape[:-1], dtype=np.int64)) if len(shape) > 1 else 1
     if len(shape) == 1:  # a vector: one element per row (a q/k bias unpermutes by rows too)
         values, kind = _floats(path, shard, index).reshape(-1, 1), "F32"
-    elif kind == "BF16":
+    elif kind == "BF16" or is_bias(t.name):  # gpt-oss's per-expert biases [E, N]: float32
         values, kind = _floats(path, shard, index).reshape(rows, -1), "F32"
     else:
         raw = _read(shard, index)

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 LINEAR_OPS = {"F32": "linear_f32", "F16": "linear_f16", "Q8_0": "linear_q8_0",
               "Q4_0": "linear_q4_0", "Q5_0": "linear_q5_0", "Q4_1": "linear_q4_1",
               "Q5_1": "linear_q5_1", "Q4_K": "linear_q4_K", "Q5_K": "linear_q5_K",
-              "Q6_K": "linear_q6_K"}
+              "Q6_K": "linear_q6_K", "MXFP4": "linear_mxfp4"}
 # storage types -B lab repacks at load into strata's x8 layout (kernels/ops/_kquant_x8.py)
 # where a SIMD x8 kernel serves (engine/ops_lab.py: repacks), and the op multiplying by each
 REPACKED = {"Q4_K": "Q4_Kx8", "Q6_K": "Q6_Kx8"}
@@ -43,18 +43,22 @@ def linear_op(kind: str) -> str:
 # the ops every layer runs whatever the weights' types (a Llama's; layer_ops: any arch's)
 LAYER_OPS = ("rmsnorm", "rope", "attention_cached", "silu_mul")
 # activation of a gated MLP -> the lab op that computes act(gate) * up
-GLU_OPS = {"silu": "silu_mul", "gelu": "gelu_mul"}
+GLU_OPS = {"silu": "silu_mul", "gelu": "gelu_mul", "swiglu_oai": "swiglu_oai"}
 WINDOW_OP = "attention_window"  # the sliding-window layers' attention
+SINK_OP = "attention_sinks"  # gpt-oss's attention (sinks; windowed or not), every layer's
 
 
 def layer_ops(arch: str | None = None, windowed: bool = False) -> list[str]:
     """The ops every layer of architecture `arch` runs (a Llama's when it is not declared):
-    its MLP's gate op, and the sliding-window attention where some layers are windowed."""
+    its MLP's gate op, and the sliding-window attention where some layers are windowed (or
+    the attention with sinks, which serves both kinds of layer)."""
     from strata.models import arch as registry
 
     a = registry.find(arch)
     glu = GLU_OPS.get(a.activation, "silu_mul") if a is not None else "silu_mul"
     out = [op if op != "silu_mul" else glu for op in LAYER_OPS]
+    if a is not None and a.has("sinks"):
+        return [SINK_OP if op == "attention_cached" else op for op in out]
     return [*out, WINDOW_OP] if windowed else out
 # storage types of 1-D tensors (norms, biases) the loader widens to float32 itself
 VECTOR_TYPES = ("F32", "F16")

@@ -105,10 +105,20 @@ def _token_id(kv: dict[str, Any], key: str, vocab: int) -> int | None:
 def _rope_scaling(path: Path, kv: dict[str, Any], arch: str) -> dict[str, Any] | None:
     kind = kv.get(f"{arch}.rope.scaling.type", "none")
     factor = float_key(kv, f"{arch}.rope.scaling.factor", 0.0)
-    if kind == "none" or (kind == "linear" and factor in (0.0, 1.0)):
+    if kind == "none" or (kind in ("linear", "yarn") and factor in (0.0, 1.0)):
         return None
     if kind == "linear":
         return {"rope_type": "linear", "factor": factor}
+    if kind == "yarn":  # llama.cpp's defaults where the file says nothing
+        original = kv.get(f"{arch}.rope.scaling.original_context_length") or \
+            kv.get(f"{arch}.context_length")
+        if not isinstance(original, int) or original <= 0:
+            raise InputError(f"MODEL {path}: YaRN scaling without an original context length "
+                             f"({arch}.rope.scaling.original_context_length)")
+        return {"rope_type": "yarn", "factor": factor,
+                "original_max_position_embeddings": original,
+                "beta_fast": float_key(kv, f"{arch}.rope.scaling.yarn_beta_fast", 32.0),
+                "beta_slow": float_key(kv, f"{arch}.rope.scaling.yarn_beta_slow", 1.0)}
     raise InputError(f"MODEL {path}: rope scaling {kind!r} is not supported by strata's GGUF "
                      "loader for torch; use --backend llamacpp")
 

@@ -82,6 +82,12 @@ def _fill_q4_0(raw: np.ndarray) -> None:
     raw.reshape(-1, 18)[:, :2] = np.frombuffer(np.float16(1 / 512).tobytes(), np.uint8)
 
 
+def _fill_mxfp4(raw: np.ndarray) -> None:
+    # Block: E8M0 exponent e + 16 bytes of nibbles, w = kvalue(nibble) x 2^(e-128), kvalues
+    # up to ±12: e = 118 -> |w| <= 0.012.
+    raw.reshape(-1, 17)[:, 0] = 118
+
+
 def _fill_f16(raw: np.ndarray) -> None:
     # Keep random sign, mantissa and the exponent's low bit; force exponent 8|9:
     # |w| in [2^-7, 2^-5): finite, never NaN/Inf/denormal.
@@ -122,6 +128,7 @@ STORAGES: dict[str, Storage] = {
     "F16": Storage("F16", 1, 2, _fill_f16, _ones(np.float16)),
     "Q8_0": Storage("Q8_0", 32, 34, _fill_q8_0),
     "Q4_0": Storage("Q4_0", 32, 18, _fill_q4_0),
+    "MXFP4": Storage("MXFP4", 32, 17, _fill_mxfp4),
 }
 
 
@@ -170,15 +177,27 @@ class TensorPlan:
         return TensorInfo(self.name, self.shape, self.storage.name, self.nbytes)
 
 
+FLOAT_TYPES = ("F32", "F16")  # quants whose experts stay float (the unquantised files)
+
+
+def _arch_of(p: Preset) -> Any:
+    from strata.models import arch as registry
+
+    return registry.get(p.arch, "a synthetic preset")
+
+
 def _init(role: str) -> str:
     return {"norm": "ones", "values": "values"}.get(role, "random")
 
 
-def _gguf_storage(role: str, shape: tuple[int, ...], quant: Quant) -> Storage:
+def _gguf_storage(name: str, role: str, shape: tuple[int, ...], quant: Quant,
+                  expert_storage: str | None) -> Storage:
     if role != "matrix":
         # norms, biases and the MoE router stay F32, as llama.cpp's converters write them
         return STORAGES["F32"]
     matrix = STORAGES[quant.matrix]
+    if expert_storage and name.endswith("_exps.weight") and quant.matrix not in FLOAT_TYPES:
+        matrix = STORAGES[expert_storage]  # gpt-oss's experts: MXFP4 in every quantised file
     return matrix if shape[-1] % matrix.block == 0 else STORAGES[quant.fallback]
 
 
@@ -198,7 +217,8 @@ class SyntheticModel:
 
     def gguf_tensors(self) -> list[TensorPlan]:
         q = QUANTS[self.quant]
-        return [TensorPlan(name, shape, _gguf_storage(role, shape, q), _init(role))
+        experts = _arch_of(self.preset).expert_storage
+        return [TensorPlan(name, shape, _gguf_storage(name, role, shape, q, experts), _init(role))
                 for name, shape, role in _layout(self.preset)]
 
     def hf_tensors(self) -> list[TensorPlan]:
@@ -226,8 +246,12 @@ class SyntheticModel:
             return mix_spec(self)
         tensors, q = self.gguf_tensors(), QUANTS[self.quant]
         notes = [f"random weights with {self.preset.name}'s shapes ({self.preset.source})"]
+        experts = _arch_of(self.preset).expert_storage
         odd = [t.name for t in tensors if len(t.shape) >= 2 and t.storage.name != q.matrix
+               and t.storage.name != experts and t.storage.name != "F32"
                and not t.name.endswith("ffn_gate_inp.weight")]
+        if experts and any(t.storage.name == experts for t in tensors):
+            notes.append(f"routed experts stored {experts}, as the published files store them")
         if odd:
             notes.append(f"{len(odd)} matrices whose rows are not whole {q.matrix} blocks are "
                          f"stored {q.fallback} (e.g. {odd[0]})")

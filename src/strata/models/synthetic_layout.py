@@ -6,9 +6,10 @@ architecture declares them, and the dense MLP or the routed experts (synthetic_m
 llama.cpp names are the declaration's, so a new architecture needs no change here.
 
 What is not a weight is metadata llama.cpp reads: the sliding window of windowed layers and
-the RoPE scaling. Llama 3.x files carry their frequency factors as a tensor,
-rope_freqs.weight, computed by llama.cpp's converter (convert_hf_to_gguf.py, LlamaModel) from
-the config's rope_scaling; a preset with `"rope_type": "llama3"` gets the same values.
+the RoPE scaling (linear, YaRN, LongRoPE). Llama 3.x files carry their frequency factors as a
+tensor, rope_freqs.weight, computed by llama.cpp's converter (convert_hf_to_gguf.py,
+LlamaModel) from the config's rope_scaling; a preset with `"rope_type": "llama3"` gets the
+same values.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from strata.models.arch.spec import ROPE_FREQS, ROPE_LONG, ROPE_SHORT
+from strata.models.arch.spec import EXPERT_ROLES, ROPE_FREQS, ROPE_LONG, ROPE_SHORT
 from strata.models.presets import Preset
 from strata.models.spec import OUTPUT, TOKEN_EMBD
 from strata.models.synthetic_moe import Entry, moe_ffn_layout
@@ -34,22 +35,23 @@ _SHAPES = {
     "q_bias": lambda p: (p.n_heads * p.head_dim,),
     "k_bias": lambda p: (p.n_kv_heads * p.head_dim,),
     "v_bias": lambda p: (p.n_kv_heads * p.head_dim,),
+    "o_bias": lambda p: (p.hidden,), "sinks": lambda p: (p.n_heads,),
     "q_norm": lambda p: (p.head_dim,), "k_norm": lambda p: (p.head_dim,),
     "qkv": lambda p: ((p.n_heads + 2 * p.n_kv_heads) * p.head_dim, p.hidden),
     "gate_up": lambda p: (2 * p.ffn, p.hidden),
     "gate": lambda p: (p.ffn, p.hidden), "up": lambda p: (p.ffn, p.hidden),
     "down": lambda p: (p.hidden, p.ffn),
 }
-_EXPERT_ROLES = frozenset({"router", "gate_exps", "up_exps", "down_exps"})
 # the order a layer's tensors are written in (llama.cpp's converters write this order; the
 # files of the presets that predate the declarations keep their bytes)
 _ORDER = ("attn_norm", "qkv", "q", "k", "v", "q_bias", "k_bias", "v_bias", "q_norm", "k_norm", "o",
-          "attn_post_norm", "ffn_norm", "gate_up", "gate", "up", "down", "router", "gate_exps",
-          "up_exps", "down_exps", "ffn_post_norm")
+          "o_bias", "sinks", "attn_post_norm", "ffn_norm", "gate_up", "gate", "up", "down",
+          "router", "gate_exps", "up_exps", "down_exps", "router_bias", "gate_exps_bias",
+          "up_exps_bias", "down_exps_bias", "ffn_post_norm")
 
 
 def _role_kind(role: str) -> str:
-    if role.endswith("_bias"):
+    if role.endswith("_bias") or role == "sinks":  # float32 vectors, random values
         return "bias"
     return "norm" if role.endswith("norm") else "matrix"
 
@@ -68,9 +70,9 @@ def layout(p: Preset) -> list[Entry]:
         for x in sorted(a.roles(p.is_moe), key=lambda x: _ORDER.index(x.role)):
             if x.role.endswith("_bias") and not p.qkv_bias:
                 continue
-            if x.role in _EXPERT_ROLES:
+            if x.role in EXPERT_ROLES:
                 if not experts_done:  # the router and the merged expert tensors at once
-                    out += moe_ffn_layout(p, blk)
+                    out += moe_ffn_layout(p, blk, a)
                     experts_done = True
                 continue
             out.append((blk + x.suffix, _SHAPES[x.role](p), _role_kind(x.role)))
@@ -127,6 +129,10 @@ def add_arch_metadata(w: Any, p: Preset) -> None:
     if s.get("rope_type") == "linear":
         w.add_rope_scaling_type(__import__("gguf").RopeScalingType.LINEAR)
         w.add_rope_scaling_factor(float(s["factor"]))
+    if s.get("rope_type") == "yarn":  # gpt-oss's converter writes these three
+        w.add_rope_scaling_type(__import__("gguf").RopeScalingType.YARN)
+        w.add_rope_scaling_factor(float(s["factor"]))
+        w.add_rope_scaling_orig_ctx_len(int(s["original_max_position_embeddings"]))
     if s.get("rope_type") == "longrope":
         original = int(s["original_max_position_embeddings"])
         scale = p.ctx_max / original

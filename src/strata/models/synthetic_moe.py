@@ -34,23 +34,31 @@ Entry = tuple[str, tuple[int, ...], str]
 
 # Archs whose converter writes {arch}.expert_feed_forward_length (Mixtral's does not: its
 # experts are feed_forward_length wide).
-EXPERT_FFN_KEY_ARCHS = frozenset({"qwen3moe"})
+EXPERT_FFN_KEY_ARCHS = frozenset({"qwen3moe", "gpt-oss"})
 # Archs llama.cpp runs with routed experts and strata can write.
-MOE_ARCHS = frozenset({"llama", "qwen3moe"})
+MOE_ARCHS = frozenset({"llama", "qwen3moe", "gpt-oss"})
+# gpt-oss's biases of the router and of every expert's matrices ([E, N] per matrix)
+_BIAS_SHAPES = {"router_bias": lambda e, f, h: (e,), "gate_exps_bias": lambda e, f, h: (e, f),
+                "up_exps_bias": lambda e, f, h: (e, f), "down_exps_bias": lambda e, f, h: (e, h)}
 
 _MERGED = re.compile(r"^(blk\.\d+\.ffn_(?:gate|up|down))_exps\.weight$")
 
 
-def moe_ffn_layout(p: Preset, blk: str) -> list[Entry]:
-    """Router and the three merged expert tensors of one layer."""
+def moe_ffn_layout(p: Preset, blk: str, arch: Any = None) -> list[Entry]:
+    """Router and the three merged expert tensors of one layer (and their biases, where
+    the architecture `arch` declares them: gpt-oss)."""
     if p.arch not in MOE_ARCHS:
         raise ValueError(f"preset {p.name}: arch {p.arch!r} has no MoE layout "
                          f"(MoE archs: {', '.join(sorted(MOE_ARCHS))})")
     e, f, h = p.n_experts, p.expert_ffn, p.hidden
-    return [(blk + "ffn_gate_inp.weight", (e, h), "router"),
-            (blk + "ffn_gate_exps.weight", (e, f, h), "matrix"),
-            (blk + "ffn_up_exps.weight", (e, f, h), "matrix"),
-            (blk + "ffn_down_exps.weight", (e, h, f), "matrix")]
+    out: list[Entry] = [(blk + "ffn_gate_inp.weight", (e, h), "router"),
+                        (blk + "ffn_gate_exps.weight", (e, f, h), "matrix"),
+                        (blk + "ffn_up_exps.weight", (e, f, h), "matrix"),
+                        (blk + "ffn_down_exps.weight", (e, h, f), "matrix")]
+    for x in arch.layer if arch is not None else ():
+        if x.role in _BIAS_SHAPES:
+            out.append((blk + x.suffix, _BIAS_SHAPES[x.role](e, f, h), "bias"))
+    return out
 
 
 def per_expert(layout: list[Entry]) -> list[Entry]:

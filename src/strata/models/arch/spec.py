@@ -11,8 +11,12 @@ Sliding-window attention is a field: `swa_pattern` says which layers attend only
 `{arch}.attention.sliding_window` positions (the file says how many), with llama.cpp's rule,
 and `swa_rope_base` the RoPE base of those layers where it differs from the file's. Variants
 the executor does not run yet (logit soft-capping, attention sinks) arrive with the
-architectures that need them (gpt-oss): each is a field here and a branch in
-`strata.engine`, nowhere else.
+architectures that need them: each is a field or a role here and a branch in
+`strata.engine`, nowhere else. gpt-oss brought three: attention sinks (a `sinks` role: one
+learned logit per head in the softmax's denominator), biases on the output projection, the
+router and the experts (optional roles, added where the file has them), and its clamped
+SwiGLU (`mlp="swiglu_oai"`) with routing weights softmaxed over the chosen experts only
+(`gating="softmax_weight"`).
 """
 
 from __future__ import annotations
@@ -29,7 +33,10 @@ from strata.errors import InputError
 # undoes the permutation; "neox": half-split pairs (i, i + D/2) on the rows as stored.
 ROPE_KINDS = ("normal", "neox")
 # MLP kind -> the activation of its gate (the up projection multiplies it)
-MLP_KINDS = {"swiglu": "silu", "geglu": "gelu"}
+MLP_KINDS = {"swiglu": "silu", "geglu": "gelu", "swiglu_oai": "swiglu_oai"}
+# how routed experts are weighed (strata.engine.moe): "softmax" over every expert, the top k
+# renormalised; "softmax_weight" (gpt-oss) top k of the raw logits, softmaxed among themselves
+GATINGS = ("softmax", "softmax_weight")
 EMBED_SCALES = ("none", "sqrt_hidden")
 NORMS = ("rms",)
 
@@ -74,8 +81,17 @@ DENSE_MLP = (t("ffn_norm", "ffn_norm.weight"), t("gate", "ffn_gate.weight"),
 EXPERTS = (t("ffn_norm", "ffn_norm.weight"), t("router", "ffn_gate_inp.weight"),
            t("gate_exps", "ffn_gate_exps.weight"), t("up_exps", "ffn_up_exps.weight"),
            t("down_exps", "ffn_down_exps.weight"))
+# gpt-oss: biases on the output projection, the router and every expert's three matrices
+# (per expert: [E, N]), and the attention sinks (one logit per query head)
+O_BIAS = (t("o_bias", "attn_output.bias", True),)
+SINKS = (t("sinks", "attn_sinks.weight"),)
+EXPERT_BIASES = (t("router_bias", "ffn_gate_inp.bias", True),
+                 t("gate_exps_bias", "ffn_gate_exps.bias", True),
+                 t("up_exps_bias", "ffn_up_exps.bias", True),
+                 t("down_exps_bias", "ffn_down_exps.bias", True))
 DENSE_ROLES = frozenset({"gate", "up", "down", "gate_up"})
-EXPERT_ROLES = frozenset({"router", "gate_exps", "up_exps", "down_exps"})
+EXPERT_ROLES = frozenset({"router", "gate_exps", "up_exps", "down_exps", "router_bias",
+                          "gate_exps_bias", "up_exps_bias", "down_exps_bias"})
 
 
 @dataclass(frozen=True)
@@ -89,12 +105,16 @@ class Arch:
     norm: str = "rms"
     embed_scale: str = "none"
     experts: str = "never"  # "never" | "optional" (a dense or MoE file) | "always"
+    gating: str = "softmax"  # how the routed experts are weighed (GATINGS)
     model_type: str | None = None  # transformers' AutoConfig key, where one exists
     # Sliding window (where the file sets {arch}.attention.sliding_window): None, no layer;
     # 0, every layer; n, llama.cpp's set_swa_pattern(n): layer i is windowed when
     # i % n < n - 1 (every n-th layer attends to everything)
     swa_pattern: int | None = None
     swa_rope_base: float | None = None  # RoPE base of the windowed layers (None: the file's)
+    # The GGML type the published files store routed experts in whatever their other
+    # matrices (gpt-oss: MXFP4, as released): synthetic presets at a quantised @quant do too
+    expert_storage: str | None = None
     transformers_extra: dict[str, Any] = field(default_factory=dict)
     # transformers' names where they differ from the llama family's (strata.models.hf
     # LAYER_NAMES), by GGUF suffix after blk.N.
@@ -108,6 +128,7 @@ class Arch:
                                      (self.mlp, tuple(MLP_KINDS), "mlp"),
                                      (self.norm, NORMS, "norm"),
                                      (self.embed_scale, EMBED_SCALES, "embed_scale"),
+                                     (self.gating, GATINGS, "gating"),
                                      (self.experts, ("never", "optional", "always"),
                                       "experts")):
             if value not in allowed:
