@@ -208,3 +208,21 @@ def test_fit_sizes_the_kv_cache_as_llama_cpp_allocates_it(home: Path, files: dic
     got = json.loads(r.stdout)["devices"][0]["kv_bytes"]
     assert got == 2 * 2 * 32 * 2 * (cells["non-SWA"] + 2 * cells["SWA"])
     assert got / 2**20 == pytest.approx(mib, abs=0.01)
+
+
+def test_a_decode_step_binds_every_expert_and_runs_the_chosen(files: dict[str, Path]) -> None:
+    """-B lab decodes gpt-oss through the bound step (lab/decode_moe.py), not the forward
+    pass: each layer holds every expert's bound calls; its logits equal the forward pass's."""
+    import strata.lab
+
+    model = strata.lab.load(files["q8_0"], "cpu", n_ctx=64)
+    with torch.inference_mode():
+        model.prefill(IDS[:4])
+        got = model.decode(IDS[4])
+        step = model._step
+        model.reset(64)
+        want = model.prefill(IDS[:5])
+    assert step is not None
+    assert all(layer.moe is not None and len(layer.moe.experts) == 4 for layer in step.layers)
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=0,
+                               atol=1e-5 * float(want.abs().max()))

@@ -79,12 +79,12 @@ def one_stage(path: Path, prompt: list[int], tokens: list[int]) -> dict[str, Any
     gaps: dict[int, float] = {}
     route, pos = moe.route, [0]
 
-    def recording(logits: torch.Tensor, n_used: int, renormalise: bool
-                  ) -> tuple[torch.Tensor, torch.Tensor]:
+    def recording(logits: torch.Tensor, n_used: int, renormalise: bool,
+                  gating: str = "softmax") -> tuple[torch.Tensor, torch.Tensor]:
         top = torch.topk(torch.softmax(logits, dim=-1), n_used + 1, dim=-1).values
         for i, g in enumerate((top[:, -2] - top[:, -1]).tolist()):
             gaps[pos[0] + i] = min(g, gaps.get(pos[0] + i, 1.0))
-        return route(logits, n_used, renormalise)
+        return route(logits, n_used, renormalise, gating)
 
     stage = Stage.load(str(path), 0, read_spec(path).n_layers)
     stage.reset(len(prompt) + len(tokens))

@@ -14,8 +14,9 @@ no transposing copies.
 The declared variants bind too: per-head q/k norms (qwen3, gemma3: rmsnorm over the [H, D]
 rows), Gemma's post-attention and post-MLP norms, the MLP's gate op (silu_mul or gelu_mul),
 the embedding scale (glue: one multiply) and sliding-window layers (attention_window over
-their short cache, their own RoPE rows, their K/V written at the cache's row of the position).
-Mixture-of-experts layers decode through the executor's forward pass.
+their short cache, their own RoPE rows, their K/V written at the cache's row of the position),
+gpt-oss's attention sinks (attention_sinks on both kinds of layer) and output-projection
+bias, and routed experts (`lab/decode_moe.py`: every expert bound, the chosen ones run).
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from strata.hardware.devices import sync
-from strata.lab.plan import GLU_OPS, WINDOW_OP, linear_op
+from strata.lab import decode_moe
+from strata.lab.plan import GLU_OPS, SINK_OP, WINDOW_OP, linear_op
 
 if TYPE_CHECKING:
     from strata.lab.model import LabModel
@@ -93,6 +95,8 @@ class LayerCalls:
     post_attn: list[Call]  # Gemma's post-norms (the residual adds `post`), else empty
     post_mlp: list[Call]
     windowed: bool  # a sliding-window layer
+    o_bias: torch.Tensor | None = None  # gpt-oss's output-projection bias (glue adds)
+    moe: decode_moe.MoeCalls | None = None  # routed experts (then `mlp` is empty)
 
 
 @dataclass
@@ -101,22 +105,28 @@ class DecodeStep:
     buf: Buffers
     layers: list[LayerCalls] = field(default_factory=list)
     head: list[Call] = field(default_factory=list)
-
-    @staticmethod
-    def fits(m: LabModel) -> bool:
-        """Is every layer one bound here (dense: no routed experts)? Mixture-of-experts
-        layers decode through the forward pass."""
-        return not m.weights.moe
+    experts: decode_moe.ExpertBuffers | None = None
+    # (position, 0): what attention_sinks reads on a layer that attends to every position
+    full_t: torch.Tensor = field(default_factory=lambda: torch.zeros(2, dtype=torch.int64))
 
     @classmethod
     def build(cls, m: LabModel) -> DecodeStep:
         step = cls(m, Buffers.allocate(m))
+        s = m.weights.spec
+        step.full_t = step.full_t.to(m.device)
+        if m.weights.moe:
+            step.experts = decode_moe.ExpertBuffers.allocate(s.n_experts, s.expert_ffn,
+                                                             s.hidden, m.device)
         step.layers = [step._layer(i) for i in range(m.weights.spec.n_layers)]
         b, w = step.buf, m.weights
         step.head = [step._bind("rmsnorm", b.h, b.x, w.tensors["output_norm.weight"].data,
                                 eps=step._eps),
                      step._linear(b.logits, b.h, w.head())]
         return step
+
+    @property
+    def glu_op(self) -> str:
+        return GLU_OPS[self.model.weights.arch.activation]
 
     @property
     def _eps(self) -> float:
@@ -144,30 +154,49 @@ class DecodeStep:
             rotated.append(src.view(1, heads, d))
         rope += [self._bind("rope", b.qr, rotated[0], cos, sin),
                  self._bind("rope", b.kr, rotated[1], cos, sin)]
-        scale = {"scale": 1.0 / math.sqrt(d)}
-        attend = self._bind(WINDOW_OP, b.o, b.qr.view(h, 1, d), cache.k[local], cache.v[local],
-                            m._row_t, **scale) if windowed else \
-            self._bind("attention_cached", b.o, b.qr.view(h, 1, d), cache.k[local],
-                       cache.v[local], m._pos_t, **scale)
+        attend = self._attend(i, windowed)
         fused = "qkv" in net.roles  # phi3: one matrix each for q/k/v and for gate/up
         projections = [self._linear(b.qkv, b.h, net.w(i, "qkv"))] if fused else \
             [self._linear(out, b.h, net.w(i, r)) for out, r in ((b.q, "q"), (b.k, "k"),
                                                                  (b.v, "v"))]
-        gate_up = [self._linear(b.gate_up, b.h, net.w(i, "gate_up"))] \
-            if "gate_up" in net.roles else [self._linear(b.gate, b.h, net.w(i, "gate")),
-                                            self._linear(b.up, b.h, net.w(i, "up"))]
+
+        def gate_up() -> list[Call]:  # the dense MLP's
+            if "gate_up" in net.roles:
+                return [self._linear(b.gate_up, b.h, net.w(i, "gate_up"))]
+            return [self._linear(b.gate, b.h, net.w(i, "gate")),
+                    self._linear(b.up, b.h, net.w(i, "up"))]
+
+        ffn_norm = self._bind("rmsnorm", b.h, b.x, net.w(i, "ffn_norm"), eps=self._eps)
         return LayerCalls(
             qkv=[self._bind("rmsnorm", b.h, b.x, net.w(i, "attn_norm"), eps=self._eps),
                  *projections],
             biases=tuple(net.opt(i, f"{n}_bias") for n in "qkv"),
             rope=rope,
             attend=[attend, self._linear(b.proj, b.o.view(1, h * d), net.w(i, "o"))],
-            mlp=[self._bind("rmsnorm", b.h, b.x, net.w(i, "ffn_norm"), eps=self._eps),
-                 *gate_up,
-                 self._bind(GLU_OPS[m.weights.arch.activation], b.act, b.gate, b.up),
-                 self._linear(b.proj, b.act, net.w(i, "down"))],
+            mlp=[] if m.weights.moe else [ffn_norm, *gate_up(),
+                                          self._bind(self.glu_op, b.act, b.gate, b.up),
+                                          self._linear(b.proj, b.act, net.w(i, "down"))],
             post_attn=self._post(i, "attn_post_norm"), post_mlp=self._post(i, "ffn_post_norm"),
-            windowed=windowed)
+            windowed=windowed, o_bias=net.opt(i, "o_bias"),
+            moe=decode_moe.bind_layer(self, i, self.experts, b.h, ffn_norm)
+            if self.experts is not None else None)
+
+    def _attend(self, i: int, windowed: bool) -> Call:
+        """Layer i's attention over its cache: attention_sinks where the layer has sinks
+        (its position tensor holds the window, 0 on a global layer), else attention_cached
+        or, windowed, attention_window."""
+        m, b, cache = self.model, self.buf, self.model.cache
+        assert cache is not None
+        s, local = m.weights.spec, i - m.first
+        q, k, v = b.qr.view(s.n_heads, 1, s.head_dim), cache.k[local], cache.v[local]
+        scale = 1.0 / math.sqrt(s.head_dim)
+        sinks = m.net.opt(i, "sinks")
+        if sinks is not None:
+            return self._bind(SINK_OP, b.o, q, k, v, m._row_t if windowed else self.full_t,
+                              sinks, scale=scale)
+        if windowed:
+            return self._bind(WINDOW_OP, b.o, q, k, v, m._row_t, scale=scale)
+        return self._bind("attention_cached", b.o, q, k, v, m._pos_t, scale=scale)
 
     def _post(self, i: int, role: str) -> list[Call]:
         w = self.model.net.opt(i, role)
@@ -185,6 +214,7 @@ class DecodeStep:
         row = pos - cache.base  # a windowed layer's row of this position
         m._pos_t.fill_(pos)
         m._row_t[0] = row
+        self.full_t[0] = pos
         b.cos.copy_(m.rope.cos[pos:pos + 1])
         b.sin.copy_(m.rope.sin[pos:pos + 1])
         b.cos_w.copy_(m.rope_windowed.cos[pos:pos + 1])
@@ -200,9 +230,13 @@ class DecodeStep:
             cache.k[i][:, at].copy_(b.kr[0])
             cache.v[i][:, at].copy_(b.v.view(-1, d))
             run(layer.attend)
+            if layer.o_bias is not None:
+                b.proj.add_(layer.o_bias)
             run(layer.post_attn)
             b.x.add_(b.post if layer.post_attn else b.proj)
             run(layer.mlp)
+            if layer.moe is not None and self.experts is not None:
+                layer.moe(run, self.experts, b.proj)
             run(layer.post_mlp)
             b.x.add_(b.post if layer.post_mlp else b.proj)
         run(self.head)

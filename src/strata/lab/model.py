@@ -10,8 +10,8 @@ token) and the residual and bias adds — what torch computes is observed per de
 (`lab/accounting.py`) and reported.
 
 Prompts are processed in chunks of `ubatch` tokens (llama.cpp's n_ubatch), so activation
-memory stays bounded for long prompts. A decode step of a plain dense layer binds every
-kernel call once per cache (`lab/decode.py`); other layers decode through the forward pass.
+memory stays bounded for long prompts. A decode step binds every kernel call once per cache
+(`lab/decode.py`; routed experts: every expert's calls, `lab/decode_moe.py`).
 """
 
 from __future__ import annotations
@@ -67,10 +67,6 @@ class LabModel(Executor):
         if self.pos + 1 > self.cache.capacity:
             raise ValueError(f"{self.pos + 1} positions exceed the cache's "
                              f"{self.cache.capacity}")
-        if not DecodeStep.fits(self):
-            out = self._forward([token], 0)
-            assert out is not None
-            return out
         if self._step is None:
             self._step = DecodeStep.build(self)
         return self._step(token)
