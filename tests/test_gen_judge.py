@@ -72,7 +72,7 @@ BENCHED = {"pointer_cache.c", "skips_when_timed.c", "slow_rmsnorm"}
 ELSEWHERE = {
     "test_kernels_separation.py": {"patches_judge.c", "alias_launcher.py", "forges_done.c",
                                    "forges_result.c", "after_return.c", "span_cache.c",
-                                   "wide_rows.c", "ignore_index.c"},
+                                   "wide_rows.c", "ignore_index.c", "window_capped.c"},
     "test_kernels_production.py": {"elf_lookup.c", "production_action.py"},
 }
 

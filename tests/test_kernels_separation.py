@@ -19,7 +19,9 @@ header for how it won), each refused now, and no file appears outside the sandbo
 - ignore_index.c: clamps an out-of-range target (ignore_index, padding) into [0, V) — the
   op's clause cases put such targets in every verification;
 - wide_rows.c: wrong only above the verified row counts — verified at the serve shapes, and
-  dispatch serves only what was verified (else verifies on demand or falls back).
+  dispatch serves only what was verified (else verifies on demand or falls back);
+- window_capped.c: an attention_window right only for windows up to 100 — the window is a
+  value in pos that dispatch reads from each call, verified on demand where it is new.
 """
 
 from __future__ import annotations
@@ -178,6 +180,36 @@ def test_a_kernel_wrong_above_the_verified_rows_is_not_served_there(
     assert reasons and "rows=512" in reasons[0] and "fail" in reasons[0], decision.trace
     choice.close()
     assert glob.glob(ESCAPES) == []
+
+
+def test_a_window_outside_the_verified_ones_is_verified_on_demand(kernel_session: Any) -> None:
+    """window_capped.c is right for windows up to 100. The window is a value in pos (P and W
+    are dims read from the call), so dispatch's coverage holds it like any shape: a kernel
+    served as if it had been verified at windows 1..64 meets a 512-position window (Gemma
+    3's) verified on demand there, fails, and the vendor path serves the call."""
+    from strata.kernels import Choice
+    from strata.kernels.dispatch import Decision
+    from strata.kernels.spec import get_spec
+
+    s = kernel_session
+    spec = get_spec("attention_window")
+    verdict = verify_many([_external("window_capped.c")],
+                          VerifyContext(s.conn, s.fingerprint, s.caps, static=False))[0]
+    assert verdict.status == "fail" and verdict.reason == checks.WRONG_RESULT  # W=512 shapes
+    coverage = {"H": (1, 8), "Hkv": (1, 8), "T": (1, 128), "P": (0, 4096), "C": (1, 4096),
+                "D": (1, 256), "W": (1, 64)}
+    decision = Decision("attention_window", "cpu", "kernel", _external("window_capped.c"),
+                        coverage=coverage, confined=True)
+    choice = Choice(decision, spec, caps=s.caps, host=s)
+    shape = {"H": 2, "Hkv": 1, "T": 1, "P": 600, "C": 601, "D": 16, "W": 512}
+    inputs = spec.make_inputs(shape, "float32", 0, "cpu")
+    out = torch.empty(2, 1, 16)
+    choice(out, *inputs, scale=0.25)
+    want = spec.reference(*inputs, 0.25)
+    assert (out - want).abs().max() < 1e-4  # the vendor path served, not the capped window
+    reasons = [t.reason for t in decision.trace if t.verdict == "verified on demand"]
+    assert reasons and "W=512" in reasons[0] and "fail" in reasons[0], decision.trace
+    choice.close()
 
 
 def test_a_kernel_that_ignores_an_abi_clause_fails_naming_the_clause(
