@@ -28,8 +28,10 @@ CHEATS = {
     "cached_output.c": {checks.INPUT_INDEPENDENT},
     "first_seed_only.c": {checks.WRONG_RESULT},
     "writes_inputs.c": {checks.MODIFIED_INPUTS},
-    # finished within the guard's grace period or still running: a race, both are right
-    "background_thread.py": {checks.ASYNC_WRITE, checks.LEFT_THREAD},
+    # finished within the guard's grace period or still running: a race, both are right;
+    # on a loaded host the thread may not have written a thing by the time the judge reads
+    # the output it prefilled with NaN — the same class caught one check earlier
+    "background_thread.py": {checks.ASYNC_WRITE, checks.LEFT_THREAD, checks.NAN_PARITY},
     "calls_torch.py": {checks.CALLS_TORCH},
 }
 PYTHON_CHEATS = [*(name for name in CHEATS if name.endswith(".py")), "patches_timer.py"]

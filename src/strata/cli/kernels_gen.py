@@ -87,7 +87,7 @@ def saying(message: str, quote: Callable[[str], str] = escape) -> Iterator[Calla
 @kernels_app.command("generate")
 @reflowed
 def kernels_generate(
-    op: Annotated[str, typer.Argument(metavar="OP", help=f"{OPS}.")],
+    op: Annotated[str, typer.Argument(metavar="OP", help=f"The op to write: {OPS}.")],
     endpoint: EndpointOption,
     model: ModelOption = None,
     dialect: DialectOption = "c",

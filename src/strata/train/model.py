@@ -185,7 +185,8 @@ class _EngineOps:
         return self.ops.rope(x, cos, sin)
 
     def attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: int,
-                  pos_t: Any, scale: float, window: int = 0) -> torch.Tensor:
+                  pos_t: Any, scale: float, window: int = 0, sinks: Any = None
+                  ) -> torch.Tensor:
         return self.ops.attention(q, k, v, scale)  # no cache: pos is 0, causal over T
 
     def glu(self, activation: str, gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
