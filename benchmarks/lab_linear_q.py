@@ -60,9 +60,16 @@ READ_SOURCE = textwrap.dedent("""\
 
 
 def _lib(path: Path) -> ctypes.CDLL:
+    """A kernel built as the lab builds it (its ISA flags and its shared headers' digest in
+    the build key: a header change rebuilds it); the plain C reader as it is."""
     from strata.native import load_shared
 
-    return load_shared(path)
+    if path.parent != SOURCES:
+        return load_shared(path)
+    from strata.kernels.dialects.c import build_c
+    from strata.kernels.impl import from_source
+
+    return ctypes.CDLL(str(build_c(from_source(path))))
 
 
 def _caller(fn, ptrs: tuple[int, ...], sizes: tuple[int, ...]):

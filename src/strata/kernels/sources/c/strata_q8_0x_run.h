@@ -17,6 +17,7 @@
 #endif
 #define XSTACK_PAIRS 256       /* B = 1: K <= 16384 quantised on each thread's stack */
 #define DECODE_CHUNK_BYTES 65536  /* B = 1: weight bytes per scheduling chunk */
+#define PF_BYTES 1536          /* B = 1: the least prefetch distance along the stream */
 
 /* One pair of blocks (`two`) or the odd last block of weight rows r < nr against rows
  * b < nb of x, into acc[r][b] (nr, nb, two: compile-time constants after inlining).
@@ -26,17 +27,17 @@
  * N = 6912, K = 1152 on the 2-core EPYC, q5_0 decode went from 8.3 to 15.6 GB/s (the same
  * bytes as 1152 x 6912: 15 -> 19 GB/s). A prefetch past the last row never faults. */
 static inline void q8_0x_pair_step(__m256 acc[RN][RB], const uint8_t *w, int64_t row_bytes,
-                             const xpair *x, int64_t npairs, const int nr, const int nb,
-                             const int two) __attribute__((always_inline));
+                             int64_t ahead, const xpair *x, int64_t npairs, const int nr,
+                             const int nb, const int two) __attribute__((always_inline));
 
 static inline void q8_0x_pair_step(__m256 acc[RN][RB], const uint8_t *w, int64_t row_bytes,
-                             const xpair *x, int64_t npairs, const int nr, const int nb,
-                             const int two) {
+                             int64_t ahead, const xpair *x, int64_t npairs, const int nr,
+                             const int nb, const int two) {
     const __m256i ones = _mm256_set1_epi16(1);
     for (int r = 0; r < nr; r++) {
         __m256i lo, hi;
         __m256 wd;
-        _mm_prefetch((const char *)(w + (r + nr) * row_bytes), _MM_HINT_T0);
+        _mm_prefetch((const char *)(w + r * row_bytes + ahead), _MM_HINT_T0);
         weight_pair(w + r * row_bytes, two, &lo, &hi, &wd);
 #if MIN_TERM
         const __m256 wm = q8_0x_half_pair(w + r * row_bytes, two, 2, BLOCK_BYTES);
@@ -59,19 +60,22 @@ static inline void q8_0x_pair_step(__m256 acc[RN][RB], const uint8_t *w, int64_t
  * after inlining: the loops unroll and acc[][] lives in registers). x holds npairs pairs
  * per row; nblocks may be odd (the last pair then has one block). */
 static inline void q8_0x_tile(float *out, int64_t ldo, const uint8_t *w, int64_t row_bytes,
-                        const xpair *x, int64_t nblocks, const int nr, const int nb)
-    __attribute__((always_inline));
+                        int64_t ahead, const xpair *x, int64_t nblocks, const int nr,
+                        const int nb) __attribute__((always_inline));
 
 static inline void q8_0x_tile(float *out, int64_t ldo, const uint8_t *w, int64_t row_bytes,
-                        const xpair *x, int64_t nblocks, const int nr, const int nb) {
+                        int64_t ahead, const xpair *x, int64_t nblocks, const int nr,
+                        const int nb) {
     const int64_t npairs = (nblocks + 1) / 2, full = nblocks / 2;
     __m256 acc[RN][RB];
     for (int r = 0; r < nr; r++)
         for (int b = 0; b < nb; b++) acc[r][b] = _mm256_setzero_ps();
     for (int64_t pr = 0; pr < full; pr++)
-        q8_0x_pair_step(acc, w + 2 * pr * BLOCK_BYTES, row_bytes, x + pr, npairs, nr, nb, 1);
+        q8_0x_pair_step(acc, w + 2 * pr * BLOCK_BYTES, row_bytes, ahead, x + pr, npairs, nr,
+                        nb, 1);
     if (full < npairs)
-        q8_0x_pair_step(acc, w + 2 * full * BLOCK_BYTES, row_bytes, x + full, npairs, nr, nb, 0);
+        q8_0x_pair_step(acc, w + 2 * full * BLOCK_BYTES, row_bytes, ahead, x + full, npairs,
+                        nr, nb, 0);
     for (int r = 0; r < nr; r++)
         for (int b = 0; b < nb; b++) out[b * ldo + r] = hsum256_ps(acc[r][b]);
 }
@@ -99,12 +103,14 @@ static inline void q8_0x_quantize_pair(const float *x, xpair *xq, int64_t i, int
  * sequential stream per thread (linear_q8_0.avx2.c's decode, measured there 20-25% faster
  * than 3-4 row tiles). Each row's steps prefetch the next row's same column (pair_step),
  * one row ahead. The same sums as the tiles', bit for bit (each row's accumulator is its
- * own, in block order). Measured (benchmarks/lab_linear_q.py, 2 threads, cold, median):
- * q4_0 2880 x 2880 11.8 -> 23.8 GB/s, 16384 x 8192 18.6 -> 22.1; mxfp4 2880 x 2880
- * 15.8 -> 20.6-23.4; q5_0 at Gemma's 6912 x 1152 unchanged (8.3-8.5). */
+ * own, in block order). Measured (benchmarks/lab_linear_q.py, 2 threads, cold, median,
+ * against the 4-row tiles): q4_0 2880 x 2880 12 -> 26-28 GB/s, 6912 x 1152 22 -> 25,
+ * 1536 x 576 11 -> 13; mxfp4 2880 x 2880 16 -> 28-29; q5_0 6912 x 1152 unchanged (24). */
 static void q8_0x_decode(float *out, const float *x, const uint8_t *w, int64_t N, int64_t K) {
     const int64_t nblocks = K / QK, row_bytes = nblocks * BLOCK_BYTES;
     const int64_t npairs = (nblocks + 1) / 2;
+    /* at least PF_BYTES ahead: one short row (K = 576: 324 bytes of q4_0) is too close */
+    const int64_t ahead = row_bytes > PF_BYTES ? row_bytes : PF_BYTES;
     int64_t chunk = DECODE_CHUNK_BYTES / row_bytes;
     const int64_t balanced = N / (4 * (int64_t)omp_get_max_threads());
     if (chunk > balanced) chunk = balanced;  /* at least ~4 chunks per thread */
@@ -115,7 +121,7 @@ static void q8_0x_decode(float *out, const float *x, const uint8_t *w, int64_t N
         for (int64_t i = 0; i < npairs; i++) q8_0x_quantize_pair(x, xq, i, nblocks);
 #pragma omp for schedule(dynamic, chunk) nowait
         for (int64_t n = 0; n < N; n++)
-            q8_0x_tile(out + n, N, w + n * row_bytes, row_bytes, xq, nblocks, 1, 1);
+            q8_0x_tile(out + n, N, w + n * row_bytes, row_bytes, ahead, xq, nblocks, 1, 1);
     }
 }
 
@@ -146,22 +152,23 @@ static inline void q8_0x_run(float *out, const float *x, const uint8_t *w,
                 const xpair *xb = xq + b * npairs;
                 if (fullg) {
                     for (int h = 0; h < RN; h += RNB)
-                        q8_0x_tile(out + b * N + n + h, N, wg + h * row_bytes, row_bytes, xb, nblocks,
-                             RNB, RB);
+                        q8_0x_tile(out + b * N + n + h, N, wg + h * row_bytes, row_bytes,
+                                   RNB * row_bytes, xb, nblocks, RNB, RB);
                 } else {
                     for (int64_t r = 0; r < N - n; r++)
-                        q8_0x_tile(out + b * N + n + r, N, wg + r * row_bytes, row_bytes, xb,
-                             nblocks, 1, RB);
+                        q8_0x_tile(out + b * N + n + r, N, wg + r * row_bytes, row_bytes,
+                                   row_bytes, xb, nblocks, 1, RB);
                 }
             }
             for (; b < B; b++) {
                 const xpair *xb = xq + b * npairs;
                 if (fullg) {
-                    q8_0x_tile(out + b * N + n, N, wg, row_bytes, xb, nblocks, RN, 1);
+                    q8_0x_tile(out + b * N + n, N, wg, row_bytes, RN * row_bytes, xb, nblocks,
+                               RN, 1);
                 } else {
                     for (int64_t r = 0; r < N - n; r++)
-                        q8_0x_tile(out + b * N + n + r, N, wg + r * row_bytes, row_bytes, xb,
-                             nblocks, 1, 1);
+                        q8_0x_tile(out + b * N + n + r, N, wg + r * row_bytes, row_bytes,
+                                   row_bytes, xb, nblocks, 1, 1);
                 }
             }
         }
