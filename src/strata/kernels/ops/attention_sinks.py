@@ -29,6 +29,8 @@ import math
 
 from strata.kernels.ops._clauses import gqa
 from strata.kernels.ops._shapes import attention_heads, lab_rows, smallest_model, unique
+from strata.kernels.ops.attention_window import window_dims
+from strata.kernels.ops.attention_window import window_shape as _shape
 from strata.kernels.spec import Clause, KernelSpec, Tolerance, as_made, floats, register
 
 WINDOW = 128  # gpt-oss's sliding window (its GGUF's gpt-oss.attention.sliding_window)
@@ -142,12 +144,8 @@ def _negative_sink(inputs, shape, seed):
 
 
 def _dims(out, q, k, v, pos, sinks):
-    """The call's shape; P and W are pos's two values (one read), left out on the meta
-    device (no values there)."""
-    dims = {"H": int(q.shape[0]), "Hkv": int(k.shape[0]), "T": int(q.shape[1])}
-    if pos.device.type != "meta":
-        dims["P"], dims["W"] = (int(x) for x in pos[:2].tolist())
-    return {**dims, "C": int(k.shape[1]), "D": int(q.shape[2])}
+    """attention_window's: P and W are pos's two values, the sinks add no dimension."""
+    return window_dims(out, q, k, v, pos)
 
 
 def _keys(s):
@@ -160,10 +158,6 @@ def _read(s):
     """Cache rows read: the union of the queries' windows."""
     lo, end = _hidden(s["P"], s["T"], s["W"])
     return end - lo
-
-
-def _shape(h, hkv, t, p, c, d, w):
-    return {"H": h, "Hkv": hkv, "T": t, "P": p, "C": c, "D": d, "W": w}
 
 
 CLAUSES = (

@@ -85,7 +85,7 @@ def _poison(inputs, shape, seed):
         v[:, rows] = -fill
 
 
-def _dims(out, q, k, v, pos):
+def window_dims(out, q, k, v, pos):
     """The call's shape; P and W are pos's two values (one read), left out on the meta
     device (no values there)."""
     dims = {"H": int(q.shape[0]), "Hkv": int(k.shape[0]), "T": int(q.shape[1])}
@@ -99,7 +99,7 @@ def _keys(s):
     return sum(min(s["W"], s["P"] + t + 1) for t in range(s["T"]))
 
 
-def _shape(h, hkv, t, p, c, d, w):
+def window_shape(h, hkv, t, p, c, d, w):
     return {"H": h, "Hkv": hkv, "T": t, "P": p, "C": c, "D": d, "W": w}
 
 
@@ -120,8 +120,8 @@ def _serve():
     prefill chunk from an empty cache, at the smallest model's heads."""
     decode, chunk = lab_rows()
     small = smallest_model()
-    return [_shape(small.heads, small.kv_heads, decode, 1022, 1023, small.head_dim, 512),
-            _shape(small.heads, small.kv_heads, chunk, 0, chunk, small.head_dim, 512)]
+    return [window_shape(small.heads, small.kv_heads, decode, 1022, 1023, small.head_dim, 512),
+            window_shape(small.heads, small.kv_heads, chunk, 0, chunk, small.head_dim, 512)]
 
 
 SPEC = register(KernelSpec(
@@ -139,17 +139,18 @@ SPEC = register(KernelSpec(
                                   * s["D"]) + 8),
     sizes=lambda o, q, k, v, pos: (q.shape[0], k.shape[0], q.shape[1], k.shape[1],
                                    q.shape[2]),
-    dims=_dims,
+    dims=window_dims,
     clauses=CLAUSES,
     shapes={
-        "verify": [_shape(1, 1, 1, 0, 1, 4, 1), _shape(4, 2, 1, 37, 45, 16, 8),
-                   _shape(2, 1, 5, 0, 9, 64, 3), _shape(3, 3, 7, 12, 20, 8, 100),
-                   _shape(4, 1, 3, 30, 33, 20, 5), _shape(6, 2, 9, 5, 17, 12, 7),
-                   _shape(2, 1, 70, 3, 80, 8, 33),
-                   _shape(4, 2, 4, 600, 610, 100, 512)],  # the C kernels' thread team
-        "llm": unique([_shape(h, kv, t, p, p + t + 16, d, 512) for h, kv, d in
+        "verify": [window_shape(1, 1, 1, 0, 1, 4, 1), window_shape(4, 2, 1, 37, 45, 16, 8),
+                   window_shape(2, 1, 5, 0, 9, 64, 3), window_shape(3, 3, 7, 12, 20, 8, 100),
+                   window_shape(4, 1, 3, 30, 33, 20, 5), window_shape(6, 2, 9, 5, 17, 12, 7),
+                   window_shape(2, 1, 70, 3, 80, 8, 33),
+                   window_shape(4, 2, 4, 600, 610, 100, 512)],  # the C kernels' thread team
+        "llm": unique([window_shape(h, kv, t, p, p + t + 16, d, 512) for h, kv, d in
                        attention_heads() for t, p in ((1, 1023), (128, 384))]),
-        "figure": [_shape(8, 4, 1, 1023, 1024, 256, 512), _shape(8, 4, 128, 384, 512, 256, 512)],
+        "figure": [window_shape(8, 4, 1, 1023, 1024, 256, 512),
+                   window_shape(8, 4, 128, 384, 512, 256, 512)],
         "serve": _serve(),
     },
     tolerances={"float32": Tolerance(5e-5, 1e-4), "bfloat16": Tolerance(2e-2, 2e-2),
