@@ -146,7 +146,8 @@ def test_backend_torch_runs_each_architecture_like_llama_cpp(files: dict[str, Pa
 @pytest.mark.parametrize(("preset", "cls"), [("tiny-qwen3", "Qwen3ForCausalLM"),
                                              ("tiny-gemma3", "Gemma3ForCausalLM"),
                                              ("tiny-llama3", "LlamaForCausalLM"),
-                                             ("tiny-phi3", "Phi3ForCausalLM")])
+                                             ("tiny-phi3", "Phi3ForCausalLM"),
+                                             ("tiny-gpt-oss", "GptOssForCausalLM")])
 def test_hf_folders_load_in_transformers_with_every_tensor(home: Path, preset: str,
                                                            cls: str) -> None:
     """The synthetic Hugging Face folder of each preset: transformers' class, no tensor
@@ -164,6 +165,11 @@ def test_hf_folders_load_in_transformers_with_every_tensor(home: Path, preset: s
         assert lm.config.layer_types.count("sliding_attention") == 6
     if preset == "tiny-llama3":
         assert lm.config.rope_parameters["rope_type"] == "llama3"
+    if preset == "tiny-gpt-oss":  # llama.cpp's swa_pattern 2: layer 0 windowed, layer 1 not
+        assert lm.config.layer_types == ["sliding_attention", "full_attention",
+                                         "sliding_attention"]
+        assert lm.config.rope_parameters["rope_type"] == "yarn"
+        assert lm.config.num_local_experts == 4 and lm.config.num_experts_per_tok == 2
     with torch.no_grad():
         logits = lm(torch.tensor([IDS[:8]])).logits
     assert torch.isfinite(logits).all() and logits.std() > 0

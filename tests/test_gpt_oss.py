@@ -158,19 +158,51 @@ def test_quality_on_the_lab_equals_llama_cpps_perplexity(home: Path) -> None:
     assert ppl["lab"] == pytest.approx(ppl["llamacpp"], rel=1e-3)
 
 
-def test_gpt_oss_20b_has_its_cards_sizes() -> None:
-    """OpenAI's gpt-oss model card: 20.91B parameters, 3.61B active per token (the
-    unembedding counted, the embedding lookup not)."""
+@pytest.mark.parametrize(("preset", "total", "active_b", "experts_n"),
+                         [("gpt-oss-20b", 20.91, 3.61, 32), ("gpt-oss-120b", 116.83, 5.13, 128)])
+def test_gpt_oss_presets_have_their_cards_sizes(preset: str, total: float, active_b: float,
+                                                experts_n: int) -> None:
+    """OpenAI's gpt-oss model card: 20.91B parameters, 3.61B active per token for the 20b,
+    116.83B and 5.13B for the 120b (the unembedding counted, the embedding lookup not)."""
     from strata.models.synthetic import parse_ref
 
-    spec = parse_ref("synthetic:gpt-oss-20b@q8_0").gguf_spec()  # the plan: nothing written
-    assert spec.params() / 1e9 == pytest.approx(20.91, abs=0.01)
+    spec = parse_ref(f"synthetic:{preset}@q8_0").gguf_spec()  # the plan: nothing written
+    assert spec.params() / 1e9 == pytest.approx(total, abs=0.01)
     experts = sum(t.elements for t in spec.tensors if "_exps." in t.name)
     embd = spec.tensor("token_embd.weight").elements
-    active = spec.params() - embd - experts + experts * 4 // 32
-    assert active / 1e9 == pytest.approx(3.61, abs=0.01)
+    active = spec.params() - embd - experts + experts * 4 // experts_n
+    assert active / 1e9 == pytest.approx(active_b, abs=0.01)
     mxfp4 = {t.dtype for t in spec.tensors if t.name.endswith("_exps.weight")}
     assert mxfp4 == {"MXFP4"}
+
+
+def test_hf_folder_holds_the_gguf_s_parameters_with_fused_experts() -> None:
+    """The synthetic Hugging Face folder stores what the GGUF stores, in transformers'
+    GptOss layout: gate and up fused into [E, hidden, 2·ffn], down as [E, ffn, hidden],
+    each with its [E, N] bias, the router as mlp.router; strata reads it back with the
+    same parameter and expert counts (the experts found under their fused names)."""
+    from strata.models.hf import read_safetensors_header, spec_from_dir
+
+    gguf = resolve(f"synthetic:{PRESET}@f32").spec
+    folder = resolve(f"synthetic:{PRESET}@f32").path("hf", "torch")
+    hf = spec_from_dir(folder)
+    assert hf.params() == gguf.params()
+    assert hf.expert_params() == gguf.expert_params() > 0
+    assert (hf.n_experts, hf.n_experts_used, hf.expert_ffn) == \
+        (gguf.n_experts, gguf.n_experts_used, gguf.expert_ffn)
+    import json
+    import struct
+
+    raw = (folder / "model.safetensors").read_bytes()
+    header = json.loads(raw[8:8 + struct.unpack("<Q", raw[:8])[0]])
+    e, f, h = gguf.n_experts, gguf.expert_ffn, gguf.hidden
+    shapes = {k.removeprefix("model.layers.0."): v["shape"] for k, v in header.items()
+              if k.startswith("model.layers.0.")}
+    assert shapes["mlp.experts.gate_up_proj"] == [e, h, 2 * f]
+    assert shapes["mlp.experts.gate_up_proj_bias"] == [e, 2 * f]
+    assert shapes["mlp.experts.down_proj"] == [e, f, h]
+    assert shapes["mlp.router.bias"] == [e] and shapes["self_attn.sinks"] == [gguf.n_heads]
+    assert len(read_safetensors_header(folder / "model.safetensors")) == len(header) - 1
 
 
 @pytest.fixture(scope="module")

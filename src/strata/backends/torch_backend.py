@@ -167,7 +167,15 @@ def load_model(ckpt: Checkpoint, device: torch.device, dtype: torch.dtype) -> An
 
 def _load_hf(ckpt: Checkpoint, kwargs: dict[str, Any]) -> Any:
     try:
-        return transformers.AutoModelForCausalLM.from_pretrained(str(ckpt.path), **kwargs)
+        try:
+            return transformers.AutoModelForCausalLM.from_pretrained(str(ckpt.path), **kwargs)
+        except ValueError as exc:
+            # a class without an SDPA path (GptOss: its attention sinks) runs transformers'
+            # eager attention; the run's attn_implementation field says which ran
+            if "scaled_dot_product_attention" not in str(exc):
+                raise
+            return transformers.AutoModelForCausalLM.from_pretrained(
+                str(ckpt.path), **{**kwargs, "attn_implementation": "eager"})
     except (OSError, ValueError, KeyError, SafetensorError) as exc:  # damaged file, unknown arch
         raise InputError(f"{ckpt.path}: transformers cannot load it: {_one_line(exc)}") from None
 

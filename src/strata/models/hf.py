@@ -39,6 +39,8 @@ LAYER_NAMES: dict[str, str] = {
     "attn_k.bias": "self_attn.k_proj.bias",
     "attn_v.bias": "self_attn.v_proj.bias",
     "attn_output.weight": "self_attn.o_proj.weight",
+    "attn_output.bias": "self_attn.o_proj.bias",  # gpt-oss
+    "attn_sinks.weight": "self_attn.sinks",  # gpt-oss: one sink logit per head
     "ffn_norm.weight": "post_attention_layernorm.weight",
     "ffn_gate.weight": "mlp.gate_proj.weight",
     "ffn_up.weight": "mlp.up_proj.weight",
@@ -65,9 +67,11 @@ MOE_STYLES: dict[str, dict[str, str]] = {
 _GGUF_EXPERT = re.compile(r"^blk\.(\d+)\.(ffn_gate|ffn_up|ffn_down)\.(\d+)\.weight$")
 _HF_EXPERT = re.compile(r"^model\.layers\.(\d+)\.(?:mlp|block_sparse_moe)\.experts\.(\d+)\."
                         r"(gate_proj|up_proj|down_proj|w1|w2|w3)\.weight$")
-_HF_ROUTER = re.compile(r"^model\.layers\.(\d+)\.(?:mlp|block_sparse_moe)\.gate\.weight$")
-# Checkpoints saved by transformers 5 hold each layer's experts fused in 3-D tensors.
-_HF_FUSED = re.compile(r"^model\.layers\.(\d+)\.mlp\.experts\.(gate_up_proj|down_proj)$")
+_HF_ROUTER = re.compile(r"^model\.layers\.(\d+)\.(?:mlp|block_sparse_moe)\.(?:gate|router)\."
+                        r"(weight|bias)$")  # gpt-oss: mlp.router, with a bias
+# Checkpoints saved by transformers 5 hold each layer's experts fused in 3-D tensors
+# (gpt-oss's with an [E, N] bias beside each).
+_HF_FUSED = re.compile(r"^model\.layers\.(\d+)\.mlp\.experts\.(gate_up_proj|down_proj)(_bias)?$")
 _EXPERT_PROJ = {"gate_proj": "ffn_gate", "w1": "ffn_gate", "up_proj": "ffn_up", "w3": "ffn_up",
                 "down_proj": "ffn_down", "w2": "ffn_down"}
 
@@ -85,9 +89,11 @@ def hf_name(gguf_name: str, moe_style: str = "mlp", names: dict[str, str] | None
         layer, proj, e = expert.groups()
         return f"{_HF_LAYER_PREFIX}{layer}.{style[proj].format(e=e)}.weight"
     _blk, layer, key = gguf_name.split(".", 2)
+    if names and key in names:
+        return f"{_HF_LAYER_PREFIX}{layer}.{names[key]}"
     if key == "ffn_gate_inp.weight":
         return f"{_HF_LAYER_PREFIX}{layer}.{style['ffn_gate_inp']}.weight"
-    return f"{_HF_LAYER_PREFIX}{layer}.{(names or {}).get(key) or LAYER_NAMES[key]}"
+    return f"{_HF_LAYER_PREFIX}{layer}.{LAYER_NAMES[key]}"
 
 
 def gguf_name(name: str) -> str:
@@ -99,10 +105,10 @@ def gguf_name(name: str) -> str:
         layer, e, proj = m.groups()
         return f"blk.{layer}.{_EXPERT_PROJ[proj]}.{e}.weight"
     if (m := _HF_ROUTER.match(name)) is not None:
-        return f"blk.{m.group(1)}.ffn_gate_inp.weight"
+        return f"blk.{m.group(1)}.ffn_gate_inp.{m.group(2)}"
     if (m := _HF_FUSED.match(name)) is not None:
         proj = "ffn_gate_up" if m.group(2) == "gate_up_proj" else "ffn_down"
-        return f"blk.{m.group(1)}.{proj}_exps.weight"
+        return f"blk.{m.group(1)}.{proj}_exps.{'bias' if m.group(3) else 'weight'}"
     if name.startswith(_HF_LAYER_PREFIX):
         layer, _, rest = name[len(_HF_LAYER_PREFIX):].partition(".")
         if layer.isdigit() and rest in _HF_LAYER:

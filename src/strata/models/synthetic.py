@@ -41,7 +41,7 @@ from strata.models.source import ResolvedModel, register
 from strata.models.spec import ModelSpec, TensorInfo
 from strata.models.synthetic_layout import add_arch_metadata, rope_values
 from strata.models.synthetic_layout import layout as _layout
-from strata.models.synthetic_moe import add_moe_metadata, per_expert
+from strata.models.synthetic_moe import HF_EXPERT_LAYOUTS, add_moe_metadata
 
 # The vocabulary lives in its own module; these names stay importable from here.
 from strata.models.synthetic_vocab import (  # noqa: F401
@@ -222,11 +222,13 @@ class SyntheticModel:
                 for name, shape, role in _layout(self.preset)]
 
     def hf_tensors(self) -> list[TensorPlan]:
-        # One tensor per expert, as Hugging Face checkpoints store them.
+        # Experts as the architecture's transformers checkpoints store them (one tensor per
+        # expert, or gpt-oss's fused gate/up)
         storage = STORAGES[QUANTS[self.quant].hf]
+        experts = HF_EXPERT_LAYOUTS[_arch_of(self.preset).transformers_experts]
         # the frequency factors are the config's rope_scaling on that side, not a tensor
         return [TensorPlan(name, shape, storage, _init(role))
-                for name, shape, role in per_expert(_layout(self.preset)) if role != "values"]
+                for name, shape, role in experts(_layout(self.preset)) if role != "values"]
 
     def _spec(self, tensors: list[TensorPlan], notes: list[str]) -> ModelSpec:
         p = self.preset

@@ -32,6 +32,8 @@ class HfArch:
     model_type: str
     extra: dict[str, Any]
     moe_style: str = "mlp"  # how the checkpoint names experts (hf.MOE_STYLES)
+    expert_count_key: str = "num_experts"  # config.json's routed-expert count
+    expert_ffn_key: str | None = "moe_intermediate_size"  # None: intermediate_size says
 
 
 HF_ARCHS: dict[str, HfArch] = {
@@ -51,22 +53,27 @@ HF_ARCHS: dict[str, HfArch] = {
 HF_MOE_ARCHS: dict[str, HfArch] = {
     "llama": HfArch("MixtralForCausalLM", "mixtral",
                     {"sliding_window": None, "output_router_logits": False,
-                     "router_aux_loss_coef": 0.02}, moe_style="block_sparse_moe"),
+                     "router_aux_loss_coef": 0.02}, moe_style="block_sparse_moe",
+                    expert_count_key="num_local_experts", expert_ffn_key=None),
     "qwen3moe": HfArch("Qwen3MoeForCausalLM", "qwen3_moe",
                        {"decoder_sparse_step": 1, "mlp_only_layers": [],
                         "norm_topk_prob": True, "use_sliding_window": False,
                         "sliding_window": None, "output_router_logits": False,
                         "router_aux_loss_coef": 0.001}),
+    # experts fused as GptOss holds them (Arch.transformers_experts), router mlp.router
+    "gpt-oss": HfArch("GptOssForCausalLM", "gpt_oss",
+                      {"swiglu_alpha": 1.702, "swiglu_limit": 7.0, "output_router_logits": False,
+                       "router_aux_loss_coef": 0.001},
+                      expert_count_key="num_local_experts", expert_ffn_key=None),
 }
 
 
-def _moe_config(model: SyntheticModel) -> dict[str, Any]:
+def _moe_config(model: SyntheticModel, arch: HfArch) -> dict[str, Any]:
     p = model.preset
     if not p.is_moe:
         return {}
-    count_key = "num_local_experts" if p.arch == "llama" else "num_experts"
-    return {count_key: p.n_experts, "num_experts_per_tok": p.n_experts_used,
-            **({} if p.arch == "llama" else {"moe_intermediate_size": p.expert_ffn})}
+    ffn = {arch.expert_ffn_key or "intermediate_size": p.expert_ffn}
+    return {arch.expert_count_key: p.n_experts, "num_experts_per_tok": p.n_experts_used, **ffn}
 
 
 def _arch_config(model: SyntheticModel) -> dict[str, Any]:
@@ -114,7 +121,7 @@ def hf_config(model: SyntheticModel) -> dict[str, Any]:
         "tie_word_embeddings": p.tied_embeddings, "attention_bias": p.qkv_bias,
         "hidden_act": "silu", "torch_dtype": _TORCH_DTYPE[QUANTS[model.quant].hf],
         "bos_token_id": BOS_ID, "eos_token_id": EOS_ID, "use_cache": True,
-        "strata_synthetic": hf_label(model), **arch.extra, **_moe_config(model),
+        "strata_synthetic": hf_label(model), **arch.extra, **_moe_config(model, arch),
         **_arch_config(model),
     }
 

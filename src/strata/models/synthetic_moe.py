@@ -74,6 +74,36 @@ def per_expert(layout: list[Entry]) -> list[Entry]:
     return out
 
 
+_FUSED = re.compile(r"^(blk\.\d+\.)ffn_(gate|up|down)_exps\.(weight|bias)$")
+
+
+def fused_gate_up(layout: list[Entry]) -> list[Entry]:
+    """`layout` with each layer's experts as transformers' GptOss holds them: gate and up
+    fused into one gate_up tensor [E, hidden, 2·ffn] (x @ W: gate in the even columns, up in
+    the odd) with an [E, 2·ffn] bias, down as [E, ffn, hidden] with its [E, hidden] bias.
+    Named blk.N.ffn_gate_up_exps.* / ffn_down_exps.* (the architecture's transformers_names
+    give the checkpoint's names)."""
+    out: list[Entry] = []
+    for name, shape, role in layout:
+        m = _FUSED.match(name)
+        if m is None:
+            out.append((name, shape, role))
+            continue
+        blk, proj, kind = m.groups()
+        if proj == "up":  # its half of gate_up was placed with gate's
+            continue
+        fused = "gate_up" if proj == "gate" else "down"
+        wide = 2 if proj == "gate" else 1
+        new = ((shape[0], shape[2], wide * shape[1]) if kind == "weight"
+               else (shape[0], wide * shape[1]))
+        out.append((f"{blk}ffn_{fused}_exps.{kind}", new, role))
+    return out
+
+
+# How each Arch.transformers_experts value lays a checkpoint's experts out
+HF_EXPERT_LAYOUTS: dict[str, Any] = {"per_expert": per_expert, "fused_gate_up": fused_gate_up}
+
+
 def add_moe_metadata(w: Any, p: Preset) -> None:
     """The expert keys of a gguf.GGUFWriter (nothing for a dense preset)."""
     if not p.is_moe:

@@ -94,6 +94,11 @@ EXPERT_ROLES = frozenset({"router", "gate_exps", "up_exps", "down_exps", "router
                           "gate_exps_bias", "up_exps_bias", "down_exps_bias"})
 
 
+# How transformers checkpoints lay routed experts out (strata.models.synthetic_moe writes
+# each): one tensor per expert and matrix, or gpt-oss's fused, interleaved gate/up.
+TRANSFORMERS_EXPERTS = ("per_expert", "fused_gate_up")
+
+
 @dataclass(frozen=True)
 class Arch:
     """One architecture, as llama.cpp's GGUF names it (`general.architecture`)."""
@@ -119,6 +124,9 @@ class Arch:
     # transformers' names where they differ from the llama family's (strata.models.hf
     # LAYER_NAMES), by GGUF suffix after blk.N.
     transformers_names: dict[str, str] = field(default_factory=dict)
+    # How a transformers checkpoint stores the routed experts (TRANSFORMERS_EXPERTS):
+    # one 2-D tensor per expert, or gpt-oss's fused gate_up_proj [E, hidden, 2·ffn]
+    transformers_experts: str = "per_expert"
     # What llama.cpp's converter added to every norm weight (Gemma's 1: transformers'
     # Gemma norms multiply by 1 + w); the transformers loader takes it off again.
     norm_offset: float = 0.0
@@ -129,6 +137,8 @@ class Arch:
                                      (self.norm, NORMS, "norm"),
                                      (self.embed_scale, EMBED_SCALES, "embed_scale"),
                                      (self.gating, GATINGS, "gating"),
+                                     (self.transformers_experts, TRANSFORMERS_EXPERTS,
+                                      "transformers_experts"),
                                      (self.experts, ("never", "optional", "always"),
                                       "experts")):
             if value not in allowed:
