@@ -116,6 +116,8 @@ class LabBackend:
             "kv_dtype": "f32",
             "ops": m.kernels.served(),
             "torch_compute_per_token": dict(seen.get("compute", {})),
+            # the glue strata's decode-step runner does in C instead (lab/runner.py)
+            "runner_glue_per_token": dict(m._step.program.native_glue()),
             "gen_inputs": GEN_INPUTS_NOTE,
         }
 

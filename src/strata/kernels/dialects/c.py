@@ -38,6 +38,11 @@ class CKernel:
             fn(*args)
 
         call.tensors = tensors  # type: ignore[attr-defined]
+        # entry point and raw arguments, for strata's decode-step runner (lab/runner.py):
+        # pointers and sizes as integers, then the float params
+        call.native = (ctypes.cast(fn, ctypes.c_void_p).value,  # type: ignore[attr-defined]
+                       [a.value or 0 for a in args if not isinstance(a, ctypes.c_float)],
+                       [a.value for a in args if isinstance(a, ctypes.c_float)])
         return call
 
 

@@ -1,0 +1,98 @@
+"""strata's decode-step runner (lab/runner.py, lab/csrc/runner.c): the bound decode step as
+one list of kernel and glue steps, consecutive native ones run by a single C call.
+
+The reference is the same step run from Python (each bound thunk, torch's add_ and copy_),
+which the profile mode still uses: the logits must be equal bit for bit on every declared
+variant (biases, post-norms, a sliding window slid past, routed experts with sinks).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+
+from strata.lab import runner
+from strata.models.source import resolve
+from tests.conftest import seeded_home
+
+TOKENS = [5, 6, 7, 8, 9, 10, 11, 12] * 3  # 28 positions with the prompt: past a 16 window
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    yield from seeded_home(tmp_path_factory, "lab_runner")
+
+
+def _decode(path: Path, profile: bool) -> tuple[torch.Tensor, object]:
+    import strata.lab
+
+    m = strata.lab.load(path, "cpu", n_ctx=64)
+    m.kernels.profile = profile
+    m.prefill([1, 2, 3, 4])
+    return torch.cat([m.decode(t) for t in TOKENS]), m._step
+
+
+@pytest.mark.parametrize("preset", ["tiny-qwen2@q8_0", "tiny-gemma3@q8_0", "tiny-gpt-oss@q8_0",
+                                    "tiny-phi3@f32"])
+def test_runner_gives_the_python_step_s_logits_bit_for_bit(home: Path, preset: str) -> None:
+    path = resolve(f"synthetic:{preset}").path("gguf", "llamacpp")
+    native, step = _decode(path, profile=False)
+    python, _ = _decode(path, profile=True)
+    assert torch.equal(native, python)
+    program = step.program  # type: ignore[attr-defined]
+    # every layer's K/V writes and residual adds ran natively (none was left to torch)
+    n_layers = len(step.layers)  # type: ignore[attr-defined]
+    glue = program.native_glue()
+    assert glue["kv_store"] == 2 * n_layers and glue["add"] >= 2 * n_layers
+    if preset.startswith("tiny-gpt-oss"):  # the routing is Python: one segment around each
+        assert len(program.segments) > 1
+    else:
+        assert len(program.segments) == 1
+
+
+def _tensors() -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.arange(8, dtype=torch.float32), torch.full((8,), 0.5)
+
+
+def test_python_steps_run_in_place_between_native_stretches() -> None:
+    x, y = _tensors()
+    seen: list[torch.Tensor] = []
+    steps = [runner.add_step(x, y), runner.Step(runner.GLUE, lambda: seen.append(x.clone())),
+             runner.add_step(x, y), runner.add_step(x, y)]
+    program = runner.Program(steps)
+    assert len(program.segments) == 3  # native, Python, native (the last two together)
+    program()
+    assert torch.equal(seen[0], torch.arange(8) + 0.5)
+    assert torch.equal(x, torch.arange(8) + 1.5)
+
+
+def test_a_kv_row_outside_the_cache_is_refused_not_written() -> None:
+    cache = torch.zeros(2, 4, 3)
+    src = torch.ones(2, 3)
+    at = torch.tensor([4], dtype=torch.int64)  # one past the last row
+    program = runner.Program([runner.kv_step(cache, src, at)])
+    with pytest.raises(ValueError, match="outside the cache"):
+        program()
+    assert not cache.any()
+    at[0] = 2
+    program()
+    assert torch.equal(cache[:, 2], src) and int((cache != 0).sum()) == 6
+
+
+def test_steps_the_runner_cannot_take_stay_python() -> None:
+    x, y = _tensors()
+    strided = torch.zeros(16)[::2]  # not contiguous: torch's add_ keeps it
+    assert runner.add_step(strided, y).native is None
+    assert runner.add_step(x, y.double()).native is None
+
+    def thunk() -> None:
+        x.add_(1)
+
+    thunk.native = (1, list(range(runner.MAX_INTS + 1)), [])  # type: ignore[attr-defined]
+    assert runner.kernel_step("linear_f32", thunk).native is None  # too many arguments
+    program = runner.Program([runner.add_step(strided, y)])
+    program()
+    assert torch.equal(strided, torch.full((8,), 0.5))
