@@ -6,9 +6,10 @@ Prints:
      people download), decode t/s (tg) and prefill t/s (pp) of lab and llama.cpp,
      their ratios, and η of each against this host's roofline — from one `strata bench` run
      with both backends (the usual repetitions, busy-host monitor and explanation);
-  2. per op, the share of a lab decode step's wall time (the profile: each op timed around
-     its call) and the glue left over (torch views, copies, residual adds, Python), so the
-     next kernel to write is obvious;
+  2. per op, the share of a lab decode step's wall time (the step as -B lab runs it,
+     through strata's runner; each op's time from a second, profiled pass that times it
+     around its call) and what is left over (the glue, the Python between the runner's
+     stretches), so the next kernel to write is obvious;
   3. for files with Q4_K/Q6_K matrices, the same profile with those weights left in the
      file's layout (what -B lab ran before it repacked them into strata's x8 layout at
      load): which layout won, measured in one run.
@@ -152,27 +153,34 @@ def profile(model: str, threads: int, tokens: int, home: Path, repack: bool = Tr
     if not repack:
         LabOps.repacks = lambda self, kind: False  # type: ignore[method-assign]
     try:
-        m = strata.lab.load(path, "cpu", n_ctx=tokens + 8, threads=threads)
+        m = strata.lab.load(path, "cpu", n_ctx=2 * tokens + 8, threads=threads)
     finally:
         LabOps.repacks = chosen  # type: ignore[method-assign]
     with torch.inference_mode():
         m.prefill([1, 2, 3, 4])
         m.decode(5)  # warm
-        m.kernels.profile = True
-        t0 = time.perf_counter()
+        t0 = time.perf_counter()  # as -B lab runs: the runner, nothing timed inside
         for i in range(tokens):
             m.decode(6 + i)
         wall = time.perf_counter() - t0
+        m.kernels.profile = True  # then each kernel timed on its own, from Python
+        t0 = time.perf_counter()
+        for i in range(tokens):
+            m.decode(6 + tokens + i)
+        profiled = time.perf_counter() - t0
     served = m.kernels.served()
     layout = "x8 layout" if repack else "file layout"
     print(f"\nprofile of a decode step, {model} ({layout}), {threads} thread(s), {tokens} "
-          f"tokens: {wall / tokens * 1e3:.2f} ms/token")
+          f"tokens: {wall / tokens * 1e3:.2f} ms/token (each op timed from Python: "
+          f"{profiled / tokens * 1e3:.2f})")
     print(f"  {'op':<18}{'impl':<12}{'ms/token':>10}{'share':>8}")
     for op, s in m.kernels.seconds.most_common():
         print(f"  {op:<18}{served[op]['impl'] or '-':<12}{s / tokens * 1e3:>10.3f}"
               f"{s / wall:>8.1%}")
+    # what the runner's step takes beyond the kernels' own times (glue in C and in torch,
+    # Python between stretches); negative within the noise when there is next to none
     glue = wall - sum(m.kernels.seconds.values())
-    print(f"  {'glue (torch+py)':<18}{'':<12}{glue / tokens * 1e3:>10.3f}{glue / wall:>8.1%}")
+    print(f"  {'glue + machinery':<18}{'':<12}{glue / tokens * 1e3:>10.3f}{glue / wall:>8.1%}")
     return any(getattr(w, "kind", "") in X8_OPS for w in m.held.values())
 
 

@@ -227,6 +227,19 @@ def test_c_implementations_verify_in_the_sandbox(ctx: VerifyContext) -> None:
         assert verdict.cases == verify_cases(OP, 3)
 
 
+def test_triton_implementation_verifies_under_the_interpreter(ctx: VerifyContext) -> None:
+    """One small ragged shape and every clause case, one seed (the interpreter is slow):
+    several programs along N, a partial chunk of K blocks, every exponent byte."""
+    pytest.importorskip("triton")
+    impls = [i for i in builtin_implementations() if i.op == OP and i.dialect == "triton"]
+    assert len(impls) == 1
+    pending = plan(impls[0], ctx)
+    assert isinstance(pending, Pending), pending
+    pending.job.update(seeds=[0], shapes=[{"B": 2, "N": 19, "K": 96}])
+    for verdict in run_sandboxed(ctx, [pending]):
+        assert verdict.status == "pass", (verdict.reason, verdict.message, verdict.details)
+
+
 # Wrong on purpose, each a copy of the naive kernel with one change: (old, new) pairs, and
 # the reasons the verifier may give
 WRONG = {

@@ -266,3 +266,16 @@ def test_wrong_variants_are_rejected(ctx, tmp_path: Path) -> None:
     for name, v in zip(WRONG, verdicts, strict=True):
         assert v.status == "fail", (name, v.status, v.message)
         assert v.reason in ("wrong_result", "nan_parity"), (name, v.reason, v.message)
+
+
+def test_triton_implementations_verify_under_the_interpreter(ctx) -> None:
+    """Every verify shape and clause case, one seed (the interpreter is slow): windows,
+    query rows in more than one block, GQA, sinks of -inf and huge ones."""
+    pytest.importorskip("triton")
+    from strata.kernels.impl import builtin_implementations
+
+    impls = [i for i in builtin_implementations() if i.op in OPS and i.dialect == "triton"]
+    assert {i.op for i in impls} == set(OPS)
+    for v in _run(ctx, [_pending(ctx, i, seeds=(0,)) for i in impls]):
+        assert v.status == "pass", (v.impl.key, v.reason, v.message, v.details)
+        assert v.cases == verify_cases(v.impl.op, 1)
