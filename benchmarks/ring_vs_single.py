@@ -100,14 +100,15 @@ class Daemons:
         self.home, self.procs, self.ports = home, {}, {}
         self.env = {**os.environ, "STRATA_HOME": str(home), "STRATA_PROGRESS": "0"}
 
-    def start(self, names: list[str], cap: int | None, ops: str) -> str:
+    def start(self, names: list[str], cap: int | None, ops: str, threads: int) -> str:
         from strata.ring.control import wire
 
         first = None
         for name in names:
             port = free_port()
             cmd = [*STRATA, "ring", "serve", "--name", name, "--port", str(port), "--host",
-                   "127.0.0.1", "--no-mdns", "--timeout", "3", "--ops", ops]
+                   "127.0.0.1", "--no-mdns", "--timeout", "3", "--ops", ops, "-t",
+                   str(threads)]
             cmd += ["--mem-cap", f"{cap / GIB:.6f}"] if cap else []
             cmd += ["--peers", first] if first else []
             log = (self.home / f"{name}.log").open("ab")
@@ -172,6 +173,19 @@ def single_torch(model: Any, args: argparse.Namespace) -> Row:
         b.close()
 
 
+def single_lab(model: Any, args: argparse.Namespace) -> Row:
+    from strata.backends import create
+    from strata.backends.base import LoadConfig
+
+    b = create("lab")
+    b.load(model, LoadConfig(threads=args.threads, n_ctx=args.p + args.n + 16))
+    try:
+        return measure(b, Row(f"-B lab -t {args.threads} (1 process)"), args.p, args.n,
+                       args.r)
+    finally:
+        b.close()
+
+
 def ring_row(model: Any, args: argparse.Namespace, world: int, home: Path, ops: str) -> Row:
     from strata.backends import create
     from strata.backends.base import LoadConfig
@@ -181,14 +195,16 @@ def ring_row(model: Any, args: argparse.Namespace, world: int, home: Path, ops: 
     cap = cap_for(args.model, world, args.p + args.n + 1, ops) if world > 1 else None
     daemons = Daemons(home)
     try:
-        os.environ["STRATA_RING"] = daemons.start([f"n{i}" for i in range(world)], cap, ops)
+        threads = max(1, args.threads // world)  # the host's cores split between members
+        os.environ["STRATA_RING"] = daemons.start([f"n{i}" for i in range(world)], cap, ops,
+                                                  threads)
         b = create("ring")
         b.load(model, LoadConfig())
         capped = f", cap {cap / 2**20:.0f} MiB/node" if cap else ", no cap"
         spec = model.spec_for("gguf")
         held = stage_bytes(spec, 0, spec.n_layers, 0, ops)[0] / 2**20
-        row = measure(b, Row(f"ring x{world} {ops} ({held:.0f} MiB held){capped}"), args.p,
-                      args.n, args.r)
+        row = measure(b, Row(f"ring x{world} {ops} -t {threads} ({held:.0f} MiB){capped}"),
+                      args.p, args.n, args.r)
         last = b._last  # the last reply: its plan and link counters
         row.plan = " ".join(f"{s['member']}[{s['first']},{s['last']})" for s in last["stages"])
         row.links = ", ".join(f"{x['src']}>{x['dst']} {x['bytes_per_token']:.0f}"
@@ -296,6 +312,8 @@ def main() -> None:
     ap.add_argument("-r", type=int, default=3)
     ap.add_argument("--home", type=Path, default=None)
     ap.add_argument("--skip-probe", action="store_true", help="the home has a roofline")
+    ap.add_argument("-t", "--threads", type=int, default=os.cpu_count() or 1,
+                    help="threads in all: -B lab's, and split evenly between a ring's members")
     ap.add_argument("--ops", default="lab,torch",
                     help="the stages' ops, comma-separated (x1 runs each; x2/x3 the first)")
     args = ap.parse_args()
@@ -314,12 +332,16 @@ def main() -> None:
     assert spec is not None
     print(f"{args.model}: {spec.n_layers} layers, {spec.weight_bytes() / 2**20:.0f} MiB as "
           f"stored; pp{args.p} + tg{args.n}, {args.r} reps after a warm-up; home {home}")
-    rows = [single_torch(model, args)]
+    rows = [single_torch(model, args), single_lab(model, args)]
     ops = args.ops.split(",")
     rows += [ring_row(model, args, 1, home, o) for o in ops]
     for world in (2, 3):
         rows.append(ring_row(model, args, world, home, ops[0]))
     print(table(rows))
+    lab = _mean(rows[1].decode_tps)
+    for row in rows[2:]:
+        print(f"  {row.name.split(' (')[0]}: decode {_mean(row.decode_tps) / lab:.2f} x -B lab"
+              " (goals: x1 >= 0.9, x2 >= 0.8)")
     c = churn(path, spec.n_layers, args)
     print(f"churn (3 -> 2 stages, LocalRing, last stage SIGKILLed after {c['at_token']} of "
           f"{c['tokens']} tokens): detected {c['detect_ms']:.0f} ms after the kill (gloo "

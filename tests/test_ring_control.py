@@ -227,6 +227,9 @@ def test_port_in_use_unreachable_and_hung_daemons_are_one_line_errors(ring: Ring
     line = one_line_error(ring.cli("ring", "serve", "--name", "b", "--port",
                                    str(ring.ports["a"]), "--host", "127.0.0.1", "--no-mdns"))
     assert f"port {ring.ports['a']} is in use" in line and "--port" in line
+    line = one_line_error(ring.cli("ring", "serve", "--name", "b", "-t", "0", "--host",
+                                   "127.0.0.1", "--no-mdns"))
+    assert "--threads" in line, line
     peer = wait_for(lambda: next((p for p in ring.status("a")["peers"]
                                   if p["state"] == "unreachable"), None), 10, "no unreachable")
     assert peer["addr"] == f"127.0.0.1:{dead}" and "refused" in peer["reason"]

@@ -54,6 +54,10 @@ def serve(
     mem_cap: Annotated[float | None, typer.Option(
         "--mem-cap", metavar="GIB", help="Memory this node may use for the model, in GiB "
         "(default: what is available).", show_default=False)] = None,
+    threads: Annotated[int | None, typer.Option(
+        "-t", "--threads", metavar="N", help="Threads this node's kernels use (default: "
+        "OMP_NUM_THREADS, else the physical cores). Members sharing one machine should split "
+        "its cores between them.", show_default=False)] = None,
     host: Annotated[str, typer.Option(
         "--host", metavar="ADDR", help="Address to listen on and advertise (default: every "
         "interface).")] = "0.0.0.0",
@@ -80,6 +84,8 @@ def serve(
       strata ring serve --name b --port 7474 --peers 192.168.1.10:7473
       strata ring serve --device cuda:0 --mem-cap 20
       strata ring serve --ops torch
+      strata ring serve -t 4 --name a --port 7473   (two members on one 8-core host)
+      strata ring serve -t 4 --name b --port 7474
     """
     from strata.commands.ring import ServeOptions
     from strata.commands.ring import serve as serve_node
@@ -89,7 +95,8 @@ def serve(
         err.print(line, highlight=False, markup=False, soft_wrap=True)
 
     serve_node(ServeOptions(name=name, port=port, peers=peers, device=device, ops=ops,
-                            mem_cap=mem_cap, host=host, mdns=mdns, timeout=timeout, db=db,
+                            mem_cap=mem_cap, threads=threads, host=host, mdns=mdns,
+                            timeout=timeout, db=db,
                             version_as=version_as, die_at=die_at),
                log=say, started=lambda node: say(serve_line(node)))
     # Stopped and said bye; a daemon thread may still hold gloo objects (an idle stage's

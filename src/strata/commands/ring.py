@@ -51,6 +51,7 @@ class ServeOptions:
     device: str = "cpu"
     ops: str = "lab"
     mem_cap: float | None = None  # GiB
+    threads: int | None = None
     host: str = "0.0.0.0"
     mdns: bool = True
     timeout: float = 3.0
@@ -89,10 +90,13 @@ def _node(o: ServeOptions, log: Callable[[str], None]) -> tuple[Node, socket.soc
         raise InputError(f"--ops {o.ops}: choose one of {', '.join(ops_names())}")
     if o.mem_cap is not None:
         _positive("--mem-cap", o.mem_cap)
+    if o.threads is not None:
+        _positive("--threads", o.threads)
     config = NodeConfig(name=o.name or _default_name(o.port), host=o.host, port=o.port,
                         peers=parse_peers(o.peers), device=o.device, ops=o.ops, mdns=o.mdns,
                         mem_cap_bytes=None if o.mem_cap is None else int(o.mem_cap * GiB),
-                        heartbeat_s=o.timeout / 6, timeout_s=o.timeout, db=o.db)
+                        heartbeat_s=o.timeout / 6, timeout_s=o.timeout, db=o.db,
+                        threads=o.threads)
     # The port first: one that is in use fails in one line before the host is probed.
     sock = bind(o.host, o.port)
     if o.version_as:

@@ -34,12 +34,14 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from strata.engine import graph
 from strata.hardware.devices import sync
 from strata.lab import decode_moe, runner
 from strata.lab.plan import GLU_OPS, SINK_OP, WINDOW_OP, linear_op
 
 if TYPE_CHECKING:
-    from strata.lab.model import LabModel
+    from strata.engine.executor import Executor
+    from strata.lab.kernels import Kernels
 
 Call = tuple[str, Callable[[], Any]]  # (op, bound kernel call)
 
@@ -70,7 +72,7 @@ class Buffers:
     logits: torch.Tensor  # [1, vocab]
 
     @classmethod
-    def allocate(cls, m: LabModel) -> Buffers:
+    def allocate(cls, m: Executor) -> Buffers:
         s, dev = m.weights.spec, m.device
 
         def z(*shape: int) -> torch.Tensor:
@@ -85,7 +87,7 @@ class Buffers:
                    up=gate_up[:, s.ffn:], act=z(1, s.ffn),
                    cos=z(1, d // 2), sin=z(1, d // 2), cos_w=z(1, d // 2), sin_w=z(1, d // 2),
                    qn=z(s.n_heads, d), kn=z(s.n_kv_heads, d), post=z(1, s.hidden),
-                   logits=z(1, m.vocab))
+                   logits=z(1, m.vocab if m.is_last else 0))
 
 
 @dataclass
@@ -106,7 +108,7 @@ class LayerCalls:
 
 @dataclass
 class DecodeStep:
-    model: LabModel
+    model: Executor  # with the lab's ops (LabModel, or a ring stage's executor)
     buf: Buffers
     layers: list[LayerCalls] = field(default_factory=list)
     head: list[Call] = field(default_factory=list)
@@ -116,18 +118,19 @@ class DecodeStep:
     program: runner.Program = field(default_factory=lambda: runner.Program([]))
 
     @classmethod
-    def build(cls, m: LabModel) -> DecodeStep:
+    def build(cls, m: Executor) -> DecodeStep:
         step = cls(m, Buffers.allocate(m))
         s = m.weights.spec
         step.full_t = step.full_t.to(m.device)
         if m.weights.moe:
             step.experts = decode_moe.ExpertBuffers.allocate(s.n_experts, s.expert_ffn,
                                                              s.hidden, m.device)
-        step.layers = [step._layer(i) for i in range(m.weights.spec.n_layers)]
+        step.layers = [step._layer(i) for i in range(m.first, m.last)]
         b, w = step.buf, m.weights
-        step.head = [step._bind("rmsnorm", b.h, b.x, w.tensors["output_norm.weight"].data,
-                                eps=step._eps),
-                     step._linear(b.logits, b.h, w.head())]
+        if m.is_last:  # a ring stage before the last hands its residual stream on instead
+            step.head = [step._bind("rmsnorm", b.h, b.x, w.tensors["output_norm.weight"].data,
+                                    eps=step._eps),
+                         step._linear(b.logits, b.h, w.head())]
         step.program = runner.Program(step._steps())
         return step
 
@@ -140,7 +143,7 @@ class DecodeStep:
         return float(self.model.weights.config["rms_norm_eps"])
 
     def _bind(self, op: str, out: torch.Tensor, *inputs: torch.Tensor, **params: Any) -> Call:
-        return op, self.model.kernels.choices[op].bound(out, *inputs, **params)
+        return op, self.kernels.choices[op].bound(out, *inputs, **params)
 
     def _linear(self, out: torch.Tensor, x: torch.Tensor, w: Any) -> Call:
         return self._bind(linear_op(w.kind), out, x, w.data)
@@ -244,15 +247,22 @@ class DecodeStep:
 
     def _moe(self, calls: decode_moe.MoeCalls) -> None:
         assert self.experts is not None
-        calls(self._timed if self.model.kernels.profile else _run, self.experts, self.buf.proj)
+        calls(self._timed if self.kernels.profile else _run, self.experts, self.buf.proj)
 
     # -- one token ------------------------------------------------------------------------
 
-    def __call__(self, token: int) -> torch.Tensor:
+    def __call__(self, x: torch.Tensor, pos: int) -> torch.Tensor:
+        """Position `pos` through the model's (or the stage's) layers: x is the token id [1]
+        on the first range, the previous range's residual stream [1, hidden] otherwise.
+        Returns the logits [1, vocab] on the last range, else the residual stream."""
         m, b, cache = self.model, self.buf, self.model.cache
         assert cache is not None and m.rope is not None and m.rope_windowed is not None
-        pos = m.pos
-        b.x.copy_(m._embed_ids([token]))  # the embedding scale included (graph.embed)
+        if not 0 <= pos < cache.capacity:
+            raise ValueError(f"position {pos} is outside the cache's {cache.capacity}")
+        if m.is_first:  # the embedding scale included (graph.embed)
+            b.x.copy_(graph.embed(m.net, x.to(m.device)))
+        else:
+            b.x.copy_(x.reshape(b.x.shape))
         cache.slide(pos, 1)
         m._pos_t.fill_(pos)
         m._row_t[0] = pos - cache.base  # a windowed layer's row of this position
@@ -261,16 +271,20 @@ class DecodeStep:
         b.sin.copy_(m.rope.sin[pos:pos + 1])
         b.cos_w.copy_(m.rope_windowed.cos[pos:pos + 1])
         b.sin_w.copy_(m.rope_windowed.sin[pos:pos + 1])
-        if m.kernels.profile:  # each kernel timed on its own, the glue untimed between
+        if self.kernels.profile:  # each kernel timed on its own, the glue untimed between
             for s in self.program.steps:
                 s.call() if s.op == runner.GLUE else self._timed([(s.op, s.call)])
         else:
             self.program()
-        m.pos += 1
-        return b.logits.clone()
+        m.pos = pos + 1
+        return b.logits.clone() if m.is_last else b.x.clone()
+
+    @property
+    def kernels(self) -> Kernels:
+        return self.model.ops.kernels  # type: ignore[attr-defined]
 
     def _timed(self, calls: list[Call]) -> None:
-        k = self.model.kernels
+        k = self.kernels
         for op, call in calls:
             sync(k.device)
             t0 = time.perf_counter()

@@ -21,7 +21,6 @@ from typing import Any
 
 import torch
 
-from strata.engine import graph
 from strata.engine.executor import Executor
 from strata.lab.kernels import Kernels
 
@@ -69,13 +68,8 @@ class LabModel(Executor):
                              f"{self.cache.capacity}")
         if self._step is None:
             self._step = DecodeStep.build(self)
-        return self._step(token)
+        return self._step(torch.tensor([token], dtype=torch.long), self.pos)
 
     def _forward(self, tokens: list[int], logits_from: int | None) -> torch.Tensor | None:
         ids = torch.tensor(tokens, dtype=torch.long, device=self.device)
         return self.forward(ids, self.pos, logits_from)
-
-    def _embed_ids(self, tokens: list[int]) -> torch.Tensor:
-        """Rows of token_embd for `tokens`, as float32 [T, hidden] (glue: a lookup, plus
-        dequantising the looked-up rows of a quantised table — counted)."""
-        return graph.embed(self.net, torch.tensor(tokens, dtype=torch.long, device=self.device))

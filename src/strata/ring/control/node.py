@@ -42,6 +42,7 @@ class NodeConfig:
     device: str = "cpu"
     ops: str = "lab"  # how this node's stages compute: lab kernels (as stored) or torch
     mem_cap_bytes: int | None = None
+    threads: int | None = None  # the kernels' thread team (None: hardware.threads' default)
     advertise: str | None = None  # the address peers reach us by (default: from the socket)
     mdns: bool = True
     heartbeat_s: float = 0.5

@@ -112,6 +112,7 @@ class StageHost:
 
         mine = StageAssignment(order["rank"], order["first"], order["last"])
         group = None
+        self._use_threads()
         try:
             group = self.group = form_group(order["master"], order["port"], order["rank"],
                                             order["world"], order["epoch"], FORM_TIMEOUT_S,
@@ -127,6 +128,13 @@ class StageHost:
         finally:
             if group is not None:
                 group.close()
+
+    def _use_threads(self) -> None:
+        """Size this thread's kernel team (`serve -t`): OpenMP's count is per calling
+        thread, and a stage runs in the thread that serves or drives it."""
+        from strata.hardware.threads import set_threads
+
+        set_threads(self.node.config.threads)
 
     def _die_hook(self) -> Any:
         """--die-at N (a hidden test hook): SIGKILL this daemon at its N-th activation
@@ -160,6 +168,7 @@ class StageHost:
                              "order for it")
         assignments = [StageAssignment(*a) for a in order["assignments"]]
         t0 = time.perf_counter()
+        self._use_threads()
         driver = self.driver
         try:
             if driver is None or driver.group.epoch != order["epoch"]:

@@ -83,6 +83,8 @@ class Stage:
     path: Path
     ops: str
     executor: Executor
+    _step: Any = None  # lab.decode.DecodeStep bound to `_step_cache`
+    _step_cache: Any = None
 
     # -- loading ----------------------------------------------------------------------------
 
@@ -190,9 +192,23 @@ class Stage:
         ([1, vocab], the last position only, with `last_only`)."""
         if self.executor.cache is None:
             raise RuntimeError("Stage.reset(capacity) before forward")
+        if x.shape[0] == 1 and (step := self._decode_step()) is not None:
+            return step(x, pos)  # one position: the bound step, as -B lab decodes
         out = self.executor.forward(x, pos, x.shape[0] - 1 if last_only else 0)
         assert out is not None
         return out
+
+    def _decode_step(self) -> Any:
+        """The lab's bound decode step over this stage's layers (every kernel call bound
+        once per KV cache, run by strata's runner), or None for ops without kernels."""
+        if not hasattr(self.executor.ops, "kernels"):
+            return None
+        cache = self.executor.cache
+        if self._step is None or self._step_cache is not cache:
+            from strata.lab.decode import DecodeStep
+
+            self._step, self._step_cache = DecodeStep.build(self.executor), cache
+        return self._step
 
 
 def _load_hf(folder: Path, first: int, last: int, device: torch.device, check: Any
