@@ -55,6 +55,7 @@ class Row:
     links: str = "-"
     predicted_ms: float | None = None
     plan: str = "-"
+    timeline: dict[str, Any] | None = None  # the last request's (pipeline.timeline)
 
 
 def free_port() -> int:
@@ -210,6 +211,7 @@ def ring_row(model: Any, args: argparse.Namespace, world: int, home: Path, ops: 
         row.links = ", ".join(f"{x['src']}>{x['dst']} {x['bytes_per_token']:.0f}"
                               for x in link_bytes(last)) or "-"
         row.predicted_ms = last.get("predicted_ms_per_token")
+        row.timeline = last.get("timeline")
         b.close()
         return row
     finally:
@@ -340,8 +342,16 @@ def main() -> None:
     print(table(rows))
     lab = _mean(rows[1].decode_tps)
     for row in rows[2:]:
+        line = row.timeline or {}
+        parts = " + ".join(f"{ms:.2f}" for ms in (line.get("compute_ms_per_token") or {})
+                           .values())
+        hop = line.get("machinery_ms_per_hop")
+        where = (f"; last request per token: compute {parts} ms, machinery "
+                 f"{line['machinery_ms_per_token']:.2f} ms"
+                 + (f" = {hop:.2f} ms x {line['hops']} hops" if hop is not None else "")
+                 if line else "; no timeline")
         print(f"  {row.name.split(' (')[0]}: decode {_mean(row.decode_tps) / lab:.2f} x -B lab"
-              " (goals: x1 >= 0.9, x2 >= 0.8)")
+              f" (goals: x1 >= 0.9, x2 >= 0.8){where}")
     c = churn(path, spec.n_layers, args)
     print(f"churn (3 -> 2 stages, LocalRing, last stage SIGKILLed after {c['at_token']} of "
           f"{c['tokens']} tokens): detected {c['detect_ms']:.0f} ms after the kill (gloo "

@@ -119,6 +119,14 @@ def run_table(reply: dict[str, Any], out: Any) -> None:
                     f"{reply['world']} node(s) ({rec['stages']}): TTFT "
                     f"{1e3 * reply['ttft_s']:.1f} ms, decode {tps}, "
                     f"{reply['e2e_s']:.2f} s end to end"))
+    line = reply.get("timeline")
+    if line:
+        compute = " + ".join(f"{ms:.2f}" for ms in line["compute_ms_per_token"].values())
+        hop = line["machinery_ms_per_hop"]
+        out.print(plain(f"per decoded token: {line['ms_per_token']:.2f} ms = stages' compute "
+                        f"{compute} ms + machinery {line['machinery_ms_per_token']:.2f} ms"
+                        + (f" ({hop:.2f} ms per hop, {line['hops']} hops)" if hop is not None
+                           else "")))
     for e in reply["lost"]:
         out.print(plain(f"epoch {e['epoch']}: lost {e['lost']} after {e['at_token']} "
                         f"token(s) ({e['reason']}); re-planned and resumed"))

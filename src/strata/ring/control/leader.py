@@ -207,4 +207,5 @@ def _answer(model: str, prompt: list[int], result: Message, plan: Any,
             "decode_tps": len(itl) / decode_s if decode_s > 0 else None, "itl_s": itl,
             "e2e_s": total_s, "world": result["world"], "stages": _stages(plan),
             "predicted_ms_per_token": plan.predicted_ms_per_token,
-            "links": result["links"], "resumes": result["resumes"], "lost": events}
+            "links": result["links"], "resumes": result["resumes"], "lost": events,
+            "timeline": segments[-1].get("timeline")}

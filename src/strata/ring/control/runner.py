@@ -216,5 +216,5 @@ def _plain(result: Any) -> dict[str, Any]:
     return {"tokens": result.tokens, "ttft_s": result.ttft_s, "prefill_s": result.prefill_s,
             "itl_s": result.itl_s, "world": result.world,
             "links": [asdict(x) for x in result.links],
-            "resumes": [asdict(r) for r in result.resumes]}
+            "resumes": [asdict(r) for r in result.resumes], "timeline": result.timeline}
 

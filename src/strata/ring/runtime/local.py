@@ -44,7 +44,8 @@ def free_port() -> int:
 
 def _result(result: Any) -> dict[str, Any]:
     """A GenerationResult as plain values (tensors -> numpy)."""
-    out = {k: getattr(result, k) for k in ("tokens", "ttft_s", "prefill_s", "itl_s", "world")}
+    out = {k: getattr(result, k) for k in ("tokens", "ttft_s", "prefill_s", "itl_s", "world",
+                                           "timeline")}
     out["links"] = [asdict(link) for link in result.links]
     out["resumes"] = [asdict(r) for r in result.resumes]
     out["step_logits"] = (None if result.step_logits is None else

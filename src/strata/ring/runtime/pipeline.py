@@ -16,11 +16,14 @@ uninterrupted run (greedy, or seeded sampling: each step's generator is seeded b
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import timedelta
 from enum import IntEnum
+from typing import Any
 
 import torch
 
@@ -67,6 +70,7 @@ def serve_stage(group: Group, assignment: StageAssignment, model_ref: str,
     prev, last = group.rank - 1, group.rank == group.world - 1
     nxt = 0 if last else group.rank + 1
     mode, idle = Mode.TOKEN, True
+    decode = DecodeTime()
     try:
         while True:
             if idle and not group.wait_wake():  # closed by this process (the control plane)
@@ -81,12 +85,18 @@ def serve_stage(group: Group, assignment: StageAssignment, model_ref: str,
                 stage.reset(0)
                 return stage
             if header.kind == Kind.RESET:
+                if header.pos == 0:  # the request is over: what its decode steps took here
+                    decode.publish(group, header.request)
+                decode = DecodeTime()
                 stage.reset(header.pos)
                 mode, idle = Mode(header.n), header.pos == 0
                 if not last:
                     group.send(nxt, header)
             elif header.kind == Kind.DATA and payload is not None:
-                _step(group, stage, header, payload, mode, nxt)
+                t0 = time.perf_counter()
+                _step(group, stage, header, payload, mode, nxt, decode)
+                if header.n == 1:
+                    decode.add(time.perf_counter() - t0)
             else:
                 raise ValueError(f"stage {group.rank}: unexpected {header}")
     except PeerLost as lost:
@@ -96,8 +106,11 @@ def serve_stage(group: Group, assignment: StageAssignment, model_ref: str,
 
 
 def _step(group: Group, stage: Stage, header: Header, x: torch.Tensor, mode: Mode,
-          nxt: int) -> None:
+          nxt: int, decode: DecodeTime) -> None:
+    t0 = time.perf_counter()
     out = stage.forward(x, header.pos, last_only=stage.is_last and mode != Mode.ALL_LOGITS)
+    if header.n == 1:
+        decode.compute_s += time.perf_counter() - t0
     if not stage.is_last:
         group.send(nxt, Header(Kind.DATA, header.request, header.pos, out.shape[0],
                                out.shape[1]), out)
@@ -107,6 +120,58 @@ def _step(group: Group, stage: Stage, header: Header, x: torch.Tensor, mode: Mod
     else:
         group.send(nxt, Header(Kind.RESULT, header.request, header.pos, out.shape[0],
                                out.shape[1]), out)
+
+
+# -- the timeline: where a decoded token's time goes ------------------------------------------
+
+
+@dataclass
+class DecodeTime:
+    """One rank's decode steps of one request: the stage's own compute, and the whole
+    handling of each message (compute, the send on, this process's Python)."""
+
+    compute_s: float = 0.0
+    handled_s: float = 0.0
+    steps: int = 0
+
+    def add(self, handled_s: float) -> None:
+        self.handled_s += handled_s
+        self.steps += 1
+
+    def publish(self, group: Group, request: int) -> None:
+        """Into the epoch's store, for the driver's timeline (best effort)."""
+        with contextlib.suppress(RuntimeError):
+            group.store.set(f"timeline/{request}/{group.rank}",
+                            f"{self.compute_s} {self.handled_s} {self.steps}")
+
+
+TIMELINE_WAIT_S = 2.0  # how long the driver waits for the stages' figures after a request
+
+
+def timeline(group: Group, request: int, own: DecodeTime, ms_per_token: float | None
+             ) -> dict[str, Any] | None:
+    """Per decoded token: each rank's compute, the measured time, and the machinery (the
+    measured time less every stage's compute: links, messages, Python) per hop of the ring
+    (world hops; a ring of one has none, its machinery is the driver's own loop)."""
+    if own.steps == 0 or ms_per_token is None:
+        return None
+    ranks = {0: own}
+    keys = [f"timeline/{request}/{r}" for r in range(1, group.world)]
+    try:
+        if keys:
+            group.store.wait(keys, timedelta(seconds=TIMELINE_WAIT_S))
+        for r, key in enumerate(keys, start=1):
+            compute, handled, steps = group.store.get(key).decode().split()
+            ranks[r] = DecodeTime(float(compute), float(handled), int(steps))
+    except (RuntimeError, ValueError):
+        return None  # a stage that did not report: no timeline, never a made-up one
+    compute = {r: 1e3 * t.compute_s / max(1, t.steps) for r, t in ranks.items()}
+    machinery = ms_per_token - sum(compute.values())
+    hops = group.world if group.world > 1 else 0
+    return {"ms_per_token": ms_per_token, "compute_ms_per_token": compute,
+            "machinery_ms_per_token": machinery,
+            "machinery_ms_per_hop": machinery / hops if hops else None, "hops": hops,
+            "steps": own.steps}
 
 
 # -- the driver (rank 0) -----------------------------------------------------------------------
@@ -181,6 +246,7 @@ class GenerationResult:
     prefill_logits: torch.Tensor | None  # every prompt position's logits (keep_logits)
     resumes: list[Resumption]
     world: int
+    timeline: dict[str, Any] | None = None  # pipeline.timeline of the decode steps
 
 
 class Driver:
@@ -195,6 +261,7 @@ class Driver:
         self.load_timeout_s = load_timeout_s
         self.stage = stage
         self.state: RequestState | None = None
+        self.decode = DecodeTime()  # this rank's share of the request's decode steps
         self.last_lost = -1  # the rank blamed for the last PeerLost (old epoch's numbering)
         self._ring_idle = True  # the stages wait in Group.wait_wake: wake them first
         self._next_request = 1
@@ -262,13 +329,16 @@ class Driver:
             elif not s.tokens:
                 self._prefill(s)
             sent0, recv0 = self._counters()
-            steps = 0
+            steps, self.decode = 0, DecodeTime()
             while len(s.tokens) < s.n_predict:
                 pos = len(s.prompt) + len(s.tokens) - 1
                 self._token(s, self._forward(s, torch.tensor([s.tokens[-1]]), pos))
                 steps += 1
             links = self._links(sent0, recv0, steps)
             self._reset(0, s.mode, s.request)
+            gaps = [b - a for a, b in itertools.pairwise(s.token_times)]
+            ms = 1e3 * sum(gaps) / len(gaps) if gaps else None
+            line = timeline(self.group, s.request, self.decode, ms)
         except PeerLost as lost:
             self.last_lost = self.group.blame(lost.rank)
             self.group.close()  # the survivors blocked on rank 0 fail now, not at a deadline
@@ -280,7 +350,7 @@ class Driver:
             list(s.tokens), times[0] - s.start, s.prefill_s,
             [b - a for a, b in itertools.pairwise(times)], links,
             s.step_logits if s.keep_logits else None, s.prefill_logits, s.resumes,
-            self.group.world)
+            self.group.world, line)
 
     def _prefill(self, s: RequestState) -> None:
         t0 = time.perf_counter()
@@ -302,8 +372,12 @@ class Driver:
     def _forward(self, s: RequestState, ids: torch.Tensor, pos: int) -> torch.Tensor:
         """One DATA round trip: logits (or a token id, Mode.TOKEN) for positions pos.."""
         assert self.stage is not None
+        t0 = time.perf_counter()
         out = self.stage.forward(ids, pos, last_only=self.stage.is_last and
                                  s.mode != Mode.ALL_LOGITS)
+        if ids.shape[0] == 1:
+            self.decode.compute_s += time.perf_counter() - t0
+            self.decode.steps += 1
         if self.group.world == 1:
             return out
         g = self.group

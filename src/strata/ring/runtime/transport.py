@@ -1,22 +1,27 @@
-"""The ring's data plane transport: one torch.distributed process group per membership epoch.
+"""The ring's data plane transport: one group of TCP links per membership epoch.
 
-The leader (rank 0) hosts the TCPStore rendezvous; every epoch's keys live under their own
-prefix of it, so a re-formed group never meets the previous epoch's keys, and the leader keeps
-one store server per port for the life of its process. The process group is gloo (CPU
-tensors over TCP) built directly on the store, not through torch.distributed's global default
-group, so an epoch's group can be dropped and a new one formed in the same process.
+The leader (rank 0) hosts the torch.distributed TCPStore rendezvous; every epoch's keys live
+under their own prefix of it, so a re-formed group never meets the previous epoch's keys, and
+the leader keeps one store server per port for the life of its process. Messages only ever
+go round the ring (rank r sends to r + 1, the last rank back to 0), so an epoch's data plane
+is one TCP connection per link: each rank listens on its address on the route to the
+leader, publishes it in the store, connects to the next rank and accepts the previous one
+(which names its rank first). TCP_NODELAY, and one sendmsg per message: a message costs one
+trip of its bytes, where a gloo process group (this module's earlier transport) paid a
+rendezvous round trip per tensor — ~140 us per message on loopback, two tensors a message.
 
 A message is a 5 x int64 header (kind, request id, position, n tokens, width) and, for DATA
-and RESULT, one payload tensor: float32 [n, width], or int64 token ids [n] when width is 0.
-RESET and STOP have no payload; RESET's position field carries the KV capacity (0 = free the
-cache) and its n field the result mode (strata.ring.runtime.pipeline.Mode).
+and RESULT, one payload: float32 [n, width], or int64 token ids [n] when width is 0, its bytes
+right after the header. RESET and STOP have no payload; RESET's position field carries the KV
+capacity (0 = free the cache) and its n field the result mode
+(strata.ring.runtime.pipeline.Mode).
 
-Failures: gloo reports a crashed peer at once (its sockets close: ~10 ms on loopback) but a
-hung one never, so every wait during a request has its own deadline (`op_timeout_s`); either
-way the operation raises PeerLost(rank, detect_s). Between requests a stage has nothing to
+Failures: a crashed peer's connection closes or resets at once, a hung one stays silent, so
+every wait during a request has its own deadline (`op_timeout_s`); either way the operation
+raises PeerLost(rank, detect_s). Between requests a stage has nothing to
 expect, so it waits on the store instead (`wait_wake`): no deadline, yet it ends when this
-process closes the group, and fails when the leader (the store's host) is gone. A gloo
-timeout closes the connection, so a timed-out group is never reused. The detecting process
+process closes the group, and fails when the leader (the store's host) is gone. A
+timed-out group is closed, never reused (a message may be half read). The detecting process
 writes what it suspects into the epoch's store before it drops its group, so the driver,
 which only sees its own neighbours, can follow the reports to the peer that actually failed.
 """
@@ -30,6 +35,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import timedelta
 from enum import IntEnum
+from typing import Any
 
 from strata.errors import InputError
 
@@ -42,7 +48,6 @@ except ImportError as exc:
 
 HEADER_LEN = 5
 READY = "ok"
-_TAG = 0
 _SERVERS: dict[tuple[str, int], dist.TCPStore] = {}  # the leader's store server per port
 _SERVERS_LOCK = threading.Lock()
 
@@ -93,7 +98,7 @@ class Group:
     rank: int
     world: int
     epoch: int
-    pg: dist.ProcessGroup | None
+    links: Links | None  # None once closed
     store: dist.Store
     op_timeout_s: float
     formed_s: float = 0.0  # how long form_group took
@@ -104,37 +109,41 @@ class Group:
     # -- messages ---------------------------------------------------------------------------
 
     def send(self, dst: int, header: Header, payload: torch.Tensor | None = None) -> None:
-        tensors = [header.tensor()]
+        """One message to the next rank (the only one a ring sends to)."""
+        links = self._links()
+        if dst != links.next_rank:
+            raise ValueError(f"rank {self.rank} sends to rank {links.next_rank}, not {dst}")
+        parts: list[Any] = [header.tensor().numpy().tobytes()]
         if payload is not None:
-            tensors.append(payload.detach().contiguous().cpu())
+            parts.append(memoryview(payload.detach().contiguous().cpu().numpy()).cast("B"))
         start = time.perf_counter()
         try:
-            works = [self._pg().send([t], dst, _TAG) for t in tensors]
-            for w in works:
-                w.wait(self._deadline(start, self.op_timeout_s))
-        except RuntimeError as exc:  # DistBackendError and gloo's timeouts are RuntimeErrors
+            links.send(parts, self.op_timeout_s)
+        except OSError as exc:  # reset, closed, or the deadline (socket.timeout)
             raise self._lost(dst, start, exc) from exc
-        self.sent[dst] = self.sent.get(dst, 0) + sum(t.numel() * t.element_size()
-                                                      for t in tensors)
+        self.sent[dst] = self.sent.get(dst, 0) + sum(len(p) for p in parts)
 
     def recv(self, src: int) -> tuple[Header, torch.Tensor | None]:
         """The next message from `src`, within the op deadline (a stage between requests
         first waits in `wait_wake`, which has none)."""
+        links = self._links()
+        if src != links.prev_rank:
+            raise ValueError(f"rank {self.rank} hears from rank {links.prev_rank}, not {src}")
         start = time.perf_counter()
+        deadline = start + self.op_timeout_s
         buf = torch.empty(HEADER_LEN, dtype=torch.int64)
         try:
-            self._pg().recv([buf], src, _TAG).wait(self._deadline(start, self.op_timeout_s))
+            links.recv_into(buf, deadline)
             header = Header.from_tensor(buf)
             payload = None
             if header.kind in (Kind.DATA, Kind.RESULT):
                 payload = (torch.empty(header.n, dtype=torch.int64) if header.width == 0 else
                            torch.empty(header.n, header.width, dtype=torch.float32))
-                self._pg().recv([payload], src, _TAG).wait(
-                    self._deadline(start, self.op_timeout_s))
-        except RuntimeError as exc:
+                links.recv_into(payload, deadline)
+        except (OSError, ValueError) as exc:  # ValueError: a header that is no header
             raise self._lost(src, start, exc) from exc
-        size = buf.numel() * 8 + (0 if payload is None else payload.numel() * 8 if
-                                  header.width == 0 else payload.numel() * 4)
+        size = buf.numel() * 8 + (0 if payload is None else
+                                  payload.numel() * payload.element_size())
         self.received[src] = self.received.get(src, 0) + size
         return header, payload
 
@@ -154,7 +163,7 @@ class Group:
         self.wakes += 1
         key = [f"wake/{self.wakes}"]
         start = time.perf_counter()
-        while self.pg is not None:
+        while self.links is not None:
             try:
                 if self.store.check(key):
                     return True
@@ -212,30 +221,22 @@ class Group:
         return suspect
 
     def close(self) -> None:
-        """Drop the process group: its sockets close, so peers blocked on this rank fail at
-        once instead of at their deadline."""
-        pg, self.pg = self.pg, None
-        if pg is not None:
-            shutdown = getattr(pg, "shutdown", None)
-            if callable(shutdown):
-                with contextlib.suppress(RuntimeError):
-                    shutdown()
-            del pg
+        """Drop the links: their sockets close, so peers blocked on this rank fail at once
+        instead of at their deadline."""
+        links, self.links = self.links, None
+        if links is not None:
+            links.close()
 
-    def _pg(self) -> dist.ProcessGroup:
-        if self.pg is None:
-            raise RuntimeError("the group was closed")
-        return self.pg
+    def _links(self) -> Links:
+        if self.links is None:
+            raise PeerLost(self.rank, 0.0, self.epoch, "the group was closed")
+        return self.links
 
     def _lost(self, peer: int, start: float, exc: BaseException) -> PeerLost:
         waited = time.perf_counter() - start
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         return PeerLost(peer, waited, self.epoch, reason[:200])
 
-    @staticmethod
-    def _deadline(start: float, timeout_s: float) -> timedelta:
-        left = max(0.001, timeout_s - (time.perf_counter() - start))
-        return timedelta(seconds=left)
 
 
 # -- forming a group ----------------------------------------------------------------------------
@@ -289,19 +290,99 @@ def form_group(master: str, port: int, rank: int, world: int, epoch: int,
         missing = [r for r in range(world) if not store.check([f"join/{r}"])]
         raise PeerLost(missing[0] if missing else 0, time.perf_counter() - start, epoch,
                        f"ranks {missing} did not join epoch {epoch}") from exc
-    pg = _gloo(dist.PrefixStore("pg/", store), rank, world, local_address(master, port),
-               timeout_s)
-    group = Group(rank, world, epoch, pg, store, op_timeout_s or timeout_s)
+    try:
+        links = Links.connect(store, rank, world, local_address(master, port), timeout_s)
+    except (OSError, RuntimeError) as exc:  # RuntimeError: the store's wait timed out
+        raise PeerLost((rank + 1) % world, time.perf_counter() - start, epoch,
+                       f"ring links of epoch {epoch}: {str(exc).splitlines()[0]}") from exc
+    group = Group(rank, world, epoch, links, store, op_timeout_s or timeout_s)
     group.formed_s = time.perf_counter() - start
     return group
 
 
-def _gloo(store: dist.Store, rank: int, world: int, host: str,
-          timeout_s: float) -> dist.ProcessGroup:
-    """A gloo group bound to `host`. Its own timeout bounds the connection set-up; during a
-    request every send/recv waits with its own deadline (Group.send/recv)."""
-    gloo = dist.ProcessGroupGloo
-    opts = gloo._Options()
-    opts._timeout = timedelta(seconds=timeout_s)
-    opts._devices = [gloo.create_device(hostname=host)]
-    return gloo(store, rank, world, opts)
+@dataclass
+class Links:
+    """One rank's two TCP connections: to the next rank (sends) and from the previous one
+    (receives); both None in a group of one."""
+
+    rank: int
+    world: int
+    out: socket.socket | None
+    inp: socket.socket | None
+
+    @property
+    def next_rank(self) -> int:
+        return (self.rank + 1) % self.world
+
+    @property
+    def prev_rank(self) -> int:
+        return (self.rank - 1) % self.world
+
+    @classmethod
+    def connect(cls, store: dist.Store, rank: int, world: int, host: str,
+                timeout_s: float) -> Links:
+        """Listen, publish the address, connect to the next rank, accept the previous (which
+        says its rank first: anyone else is refused)."""
+        if world == 1:
+            return cls(rank, world, None, None)
+        out = inp = None
+        try:
+            with socket.create_server((host, 0)) as server:
+                store.set(f"link/{rank}", f"{host}:{server.getsockname()[1]}")
+                nxt = (rank + 1) % world
+                store.wait([f"link/{nxt}"], timedelta(seconds=timeout_s))
+                addr, port = store.get(f"link/{nxt}").decode().rsplit(":", 1)
+                out = socket.create_connection((addr, int(port)), timeout=timeout_s)
+                out.sendall(rank.to_bytes(8, "little"))
+                server.settimeout(timeout_s)
+                inp, _peer = server.accept()
+                said = int.from_bytes(_exactly(inp, 8, time.perf_counter() + timeout_s),
+                                      "little")
+                if said != (rank - 1) % world:
+                    raise ConnectionError(f"rank {rank} was reached by rank {said}, not by "
+                                          "its predecessor")
+        except BaseException:
+            for sock in (out, inp):
+                if sock is not None:
+                    sock.close()
+            raise
+        for sock in (out, inp):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return cls(rank, world, out, inp)
+
+    def send(self, parts: list[Any], timeout_s: float) -> None:
+        assert self.out is not None
+        self.out.settimeout(timeout_s)
+        total = sum(len(p) for p in parts)
+        sent = self.out.sendmsg(parts)
+        if sent < total:  # the kernel took part of it: the rest as one buffer
+            self.out.sendall(b"".join(bytes(p) for p in parts)[sent:])
+
+    def recv_into(self, t: torch.Tensor, deadline: float) -> None:
+        assert self.inp is not None
+        view = memoryview(t.numpy()).cast("B")
+        got = 0
+        while got < len(view):
+            self.inp.settimeout(max(0.001, deadline - time.perf_counter()))
+            n = self.inp.recv_into(view[got:])
+            if n == 0:
+                raise ConnectionResetError(f"rank {self.prev_rank} closed its link")
+            got += n
+
+    def close(self) -> None:
+        for sock in (self.out, self.inp):
+            if sock is not None:
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+                sock.close()
+
+
+def _exactly(sock: socket.socket, n: int, deadline: float) -> bytes:
+    data = b""
+    while len(data) < n:
+        sock.settimeout(max(0.001, deadline - time.perf_counter()))
+        chunk = sock.recv(n - len(data))
+        if not chunk:
+            raise ConnectionResetError("the link closed during its set-up")
+        data += chunk
+    return data
