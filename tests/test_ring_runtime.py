@@ -172,6 +172,16 @@ def test_ring_matches_one_process(ring: LocalRing, models: dict[str, dict[str, A
     # every forward link carries a 5 x int64 header + hidden (64) float32 values per token
     assert [link["bytes_per_token"] for link in res["links"][:-1]] == [40 + 64 * 4] * (world - 1)
     assert res["links"][-1]["bytes_per_token"] == 40 + 512 * 4  # the logits come back
+    # the decode timeline: every rank reported its stage's compute for the 31 decode steps;
+    # the machinery is what the mean gap leaves over, split over the ring's hops
+    line = res["timeline"]
+    assert line is not None and line["steps"] == N_PREDICT - 1 and line["hops"] == world
+    compute = {int(r): ms for r, ms in line["compute_ms_per_token"].items()}
+    assert set(compute) == set(range(world)) and all(ms > 0 for ms in compute.values())
+    assert line["ms_per_token"] == pytest.approx(np.mean(res["itl_s"]) * 1e3)
+    assert line["machinery_ms_per_token"] == pytest.approx(
+        line["ms_per_token"] - sum(compute.values()))
+    assert line["machinery_ms_per_hop"] == pytest.approx(line["machinery_ms_per_token"] / world)
 
 
 def test_seeded_sampling_matches_one_process(ring: LocalRing,
