@@ -23,7 +23,7 @@ from strata.errors import InputError
 from strata.models.spec import ModelSpec, TensorInfo
 from strata.ring.plan.links import Link, LinkProbeServer, measure_link, parse_link, serve_link_probe
 from strata.ring.plan.members import Member, capped, emulated, from_document
-from strata.ring.plan.partition import plan_ring
+from strata.ring.plan.partition import DRIVER_MS, HOP_MS, plan_ring
 from strata.ring.plan.types import RingPlan, size
 from tests.conftest import run_cli
 from tests.test_output_schema import SCHEMAS, check
@@ -99,7 +99,8 @@ def test_fits_alone_picks_the_fastest_member_and_no_links() -> None:
     assert (stage.first, stage.last, stage.bytes) == (0, 2, WHOLE)
     read = 2 * (TINY_BLOCK + KV_BLOCK) + EMBD // VOCAB + HEAD  # a row of the embedding
     assert stage.read_bytes == read
-    assert plan.predicted_ms_per_token == pytest.approx(read / (5e9 * 0.5) * 1e3)
+    # + the driver's own loop per token (no hop: one member)
+    assert plan.predicted_ms_per_token == pytest.approx(read / (5e9 * 0.5) * 1e3 + DRIVER_MS)
 
 
 def test_as_few_members_as_needed_even_when_a_ring_would_be_faster() -> None:
@@ -139,7 +140,8 @@ def test_the_links_choose_the_pair_and_count_in_the_time() -> None:
     assert {s.member for s in plan.stages} == {"a", "c"} and plan.unused == ["b"]
     hops = (0.1e-3 / 2 + H * 4 / 100e6) + (0.1e-3 / 2 + VOCAB * 4 / 100e6)
     stages = (TINY_BLOCK + KV_BLOCK + EMBD // VOCAB + TINY_BLOCK + KV_BLOCK + HEAD) / 1e9
-    assert plan.predicted_ms_per_token == pytest.approx((stages + hops) * 1e3)
+    assert plan.predicted_ms_per_token == pytest.approx((stages + hops) * 1e3 + DRIVER_MS
+                                                        + 2 * HOP_MS)
     assert [h.rtt_ms for h in plan.links] == [pytest.approx(0.1)] * 2
 
 
@@ -210,8 +212,9 @@ def brute_force(spec: ModelSpec, members: list[Member], ctx: int,
         for order in itertools.permutations(members, k):
             hops = list(itertools.pairwise(order)) + ([(order[-1], order[0])] if k > 1 else [])
             link_s = sum((links[(a.id, b.id)] if (a.id, b.id) in links else links[(b.id, a.id)])
-                         .one_way_s(4 * 4 if (a, b) != hops[-1] else 10 * 4)
+                         .one_way_s(4 * 4 if (a, b) != hops[-1] else 10 * 4) + HOP_MS / 1e3
                          for a, b in hops) if k > 1 else 0.0
+            link_s += DRIVER_MS / 1e3
             for cuts in itertools.combinations(range(1, n), k - 1):
                 bounds = list(zip((0, *cuts), (*cuts, n), strict=True))
                 total, ok = link_s, True
@@ -424,7 +427,9 @@ def test_cli_members_file_with_measured_links(strata_home: Path, tmp_path: Path)
     plan = json.loads(text)
     assert [h["rtt_ms"] for h in plan["links"]] == [pytest.approx(2.0)] * 2  # either way
     hops = (1e-3 + H * 4 / 1e8) + (1e-3 + VOCAB * 4 / 1e8)
-    assert plan["predicted_ms"] == pytest.approx(plan["predicted_stages_ms"] + hops * 1e3)
+    assert plan["predicted_machinery_ms"] == pytest.approx(DRIVER_MS + 2 * HOP_MS)
+    assert plan["predicted_ms"] == pytest.approx(plan["predicted_stages_ms"] + hops * 1e3
+                                                 + DRIVER_MS + 2 * HOP_MS)
     path.write_text(json.dumps({"members": [{**a, "bandwidth_Bps": "fast"}]}), encoding="utf-8")
     code, text = cli("synthetic:tiny@f32", "--members", str(path), home=strata_home)
     assert code == 2 and str(path) in text
@@ -494,6 +499,20 @@ def test_a_member_without_a_timed_layer_keeps_the_estimate() -> None:
         (3 * (1e-6 + KV_BLOCK / 4e9) + HEAD / 4e9) * 1e3)
     assert by["a"].predicted_ms == pytest.approx((DEEP_BLOCK + EMBD // VOCAB) / 4e9 * 1e3)
     assert any(n == "stage time estimated: a" for n in plan.notes)
+
+
+def test_timed_members_with_no_bandwidth_anywhere_read_the_rest_at_their_timed_speed() -> None:
+    """No member measured a bandwidth (daemons with no roofline yet): the KV cache beyond
+    the timed depth is read at the speed the timed layer read its own bytes, not at the
+    search's 1 byte/s stand-in (which once predicted 7,424,001 ms for a 0.5 ms token)."""
+    from strata.ring.plan.types import LayerTime
+
+    members = [member("a", DEEP_CAP, None), member("b", DEEP_CAP, None)]
+    timed = {m.id: LayerTime(1e-4, 2e-5, 16, 5) for m in members}
+    plan = plan_ring("synthetic:tiny-deep@f32", members, CTX, measured=timed)
+    layers = sum(s.n_layers for s in plan.stages)
+    stages_ms = plan.predicted_stages_ms
+    assert stages_ms is not None and layers * 0.1 <= stages_ms < 2 * (layers * 0.1 + 0.02)
 
 
 def test_measured_times_within_noise_are_one_speed() -> None:

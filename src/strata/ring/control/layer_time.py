@@ -1,11 +1,16 @@
 """A member's measured decode time of one decoder layer of a model: what the plan uses
 instead of bytes / (bandwidth x η), which was 40x off on a busy host.
 
-`time_layer(model)` loads ONE middle decoder layer through strata.ring.runtime.stage (a
-stage that is neither first nor last takes float32 activations and returns them: no
-embedding, no head), fills its KV cache to DEPTH positions untimed, then times a one-token
-forward at that depth (strata.measure.timer: warm-up, repetitions of a ~20 ms batch of such
-tokens, the median).
+`time_layer(model)` loads a run of middle decoder layers through strata.ring.runtime.stage
+(a stage that is neither first nor last takes float32 activations and returns them: no
+embedding, no head), with the member's own ops and thread count (`serve --ops`, `-t`), fills
+its KV cache to DEPTH positions untimed, then times a one-token forward at that depth
+(strata.measure.timer: warm-up, repetitions of a ~20 ms batch of such tokens, the median);
+the layer's time is the run's over its length. The run holds at least twice the last-level
+cache's bytes where the model has that many (`span`): a ring streams its layers from memory
+token after token, and one small layer timed again and again would be read from the cache
+(smollm2-135m's 4 MB q8_0 layer, timed alone, predicted 4.1 ms/token where the model takes
+6.3). The head is timed the same way, after a run of the last layers.
 The head is timed the same way on the last stage (last layer + final norm + head) minus the
 layer time. A fraction of a second for a small model; the daemon keeps it per model hash.
 
@@ -38,33 +43,54 @@ MAX_BATCH = 64
 TIMING = TimingPolicy(warmup_s=0.02, min_reps=5, max_reps=25, max_time_s=0.25)
 
 
-def time_layer(model_ref: str, device: str = "cpu") -> LayerTime:
-    """This host's decode time of one middle layer (and of the head) of `model_ref`."""
+def time_layer(model_ref: str, device: str = "cpu", ops: str | None = None,
+               threads: int | None = None) -> LayerTime:
+    """This host's decode time of one middle layer (and of the head) of `model_ref`, with
+    `ops` (None: the default) on `threads` (None: hardware.threads' default), sized in
+    this thread (OpenMP's count is per thread)."""
+    from strata.hardware.threads import set_threads
     from strata.models.source import resolve
+    from strata.ring.runtime.stage import DEFAULT_OPS
 
+    set_threads(threads)
+    ops = ops or DEFAULT_OPS
     spec = resolve(model_ref).spec
     n = spec.n_layers if spec is not None else 0
     if n < 1:
         raise ValueError(f"{model_ref}: no decoder layers to time")
-    # A middle layer when there is one (n >= 3); else layer 0, whose embedding lookup of one
-    # row is negligible beside the layer. With one layer the head is inside the time.
-    i = n // 2 if n >= 3 else 0
-    layer_s, reps = _time_stage(model_ref, i, i + 1, device)
-    head_s = None
-    if i + 1 < n:  # the last stage: its layer + norm + head; the head is the difference
-        last_s, _ = _time_stage(model_ref, n - 1, n, device)
-        head_s = max(0.0, last_s - layer_s)
+    # Middle layers when there are some (n >= 3): neither the first (the embedding) nor the
+    # last (the head); else layer 0, whose one-row embedding lookup is negligible beside it.
+    # With one layer the head is inside the time.
+    k = span(spec, device) if n >= 3 else 1
+    k = min(k, n - 2) if n >= 3 else 1
+    lo = 1 + (n - 2 - k) // 2 if n >= 3 else 0
+    run_s, reps = _time_stage(model_ref, lo, lo + k, device, ops)
+    layer_s, head_s = run_s / k, None
+    if n >= 2:  # the last stage: its layers + norm + head; the head is the difference
+        last_k = min(k, n - 1)
+        last_s, _ = _time_stage(model_ref, n - last_k, n, device, ops)
+        head_s = max(0.0, last_s - last_k * layer_s)
     return LayerTime(layer_s, head_s, DEPTH, reps, device)
 
 
-def _time_stage(model_ref: str, first: int, last: int, device: str) -> tuple[float, int]:
+def span(spec: Any, device: str) -> int:
+    """Layers whose stored bytes reach twice this host's last-level cache (1 off the CPU:
+    a GPU's layers stream from its memory however many there are)."""
+    if device != "cpu" or not spec.n_layers:
+        return 1
+    per_layer = spec.weight_bytes() / spec.n_layers
+    return max(1, math.ceil(_flush_bytes() / max(per_layer, 1.0)))
+
+
+def _time_stage(model_ref: str, first: int, last: int, device: str, ops: str
+                ) -> tuple[float, int]:
     """Median seconds of a one-token forward of stage [first, last) at depth DEPTH."""
     import torch
 
     from strata.measure.timer import HostClock, time_calls
     from strata.ring.runtime.stage import Stage
 
-    stage = Stage.load(model_ref, first, last, device=device)
+    stage = Stage.load(model_ref, first, last, device=device, ops=ops)
     stage.reset(DEPTH + 1)
     gen = torch.Generator().manual_seed(0)
 
@@ -92,6 +118,15 @@ def _time_stage(model_ref: str, first: int, last: int, device: str) -> tuple[flo
     return summary.median / batch, summary.n * batch
 
 
+def _flush_bytes() -> int:
+    """Twice this host's last-level cache (64 MiB where the probe cannot tell)."""
+    from strata.hardware.cpu import probe_cpu
+
+    caches = [c for c in probe_cpu().caches if c.kind != "instruction"]
+    llc = max(caches, key=lambda c: c.level).size_bytes if caches else 0
+    return 2 * llc if llc else 64 << 20
+
+
 @dataclass
 class LayerTimer:
     """A daemon's timings: its own per model hash, and (as leader) what members answered."""
@@ -110,7 +145,9 @@ class LayerTimer:
         digest = self.node.stages._hash(model)  # the same file, the same time: key by it
         with self.lock:  # one timing at a time: two at once would time each other
             if digest not in self.own:
-                self.own[digest] = time_layer(model, self.node.config.device)
+                config = self.node.config
+                self.own[digest] = time_layer(model, config.device, config.ops,
+                                              config.threads)
             timed = self.own[digest]
         return {"model_hash": digest, **timed.to_dict()}
 

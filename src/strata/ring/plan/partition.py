@@ -10,6 +10,8 @@ Rules (issue 15):
       Σ stages  the stage's time per token
     + Σ links   RTT / 2 + bytes / link bandwidth   (one hop each way round the ring,
                 activations forward, the logits back to the driver on the first stage)
+    + machinery DRIVER_MS + HOP_MS x hops   (strata's own: the driver's loop, and each
+                hop's send, receive and dispatch; priors from ring run's timeline)
   A stage's time is MEASURED when its member timed one decoder layer of this model
   (strata.ring.control.layer_time: one token at a small KV depth): layers x that time, + the KV
   cache the token reads beyond the timed depth at bandwidth x η, + the head as timed (else
@@ -118,6 +120,14 @@ def link_between(links: Links, a: str, b: str) -> Link | None:
     return links.get((a, b)) or links.get((b, a))
 
 
+# strata's own machinery per decoded token beyond the stages' compute and the links' wire
+# time, as ring run's timeline measured it (smollm2-135m q8_0, 1-3 members on loopback,
+# 2-core EPYC): the driver's loop (~0.2 ms with no hop) and each hop's message handling —
+# the send, the receive, the next stage's dispatch (0.36-0.52 ms). Priors, not this host's.
+DRIVER_MS = 0.2
+HOP_MS = 0.4
+
+
 def _hops(order: Sequence[Member], wire: int, back: int) -> list[tuple[str, str, int, str]]:
     """(from, to, bytes per token, what) round the ring: activations forward, logits back."""
     if len(order) < 2:
@@ -127,11 +137,12 @@ def _hops(order: Sequence[Member], wire: int, back: int) -> list[tuple[str, str,
 
 
 def _links_s(order: Sequence[Member], links: Links, wire: int, back: int) -> float:
-    """Link time per token; an unmeasured link counts 0 in the search (and is not predicted)."""
+    """Link time per token, each hop's handling included; an unmeasured link's wire time
+    counts 0 in the search (and is not predicted)."""
     total = 0.0
     for a, b, nbytes, _ in _hops(order, wire, back):
         link = link_between(links, a, b)
-        total += link.one_way_s(nbytes) if link is not None else 0.0
+        total += HOP_MS / 1e3 + (link.one_way_s(nbytes) if link is not None else 0.0)
     return total
 
 

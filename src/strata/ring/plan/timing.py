@@ -66,6 +66,14 @@ def settle(measured: Mapping[str, LayerTime]) -> dict[str, LayerTime]:
     return out
 
 
+def _timed_speed(costs: LayerCosts, ctx: int, timed: LayerTime) -> float:
+    """Bytes/s a timed layer read: its weights and its KV cache at the timed depth."""
+    n = max(1, costs.n)
+    kv = sum(costs.kv) / n
+    weights = sum(costs.read) / n - kv
+    return (weights + kv * min(1.0, timed.depth / max(ctx, 1))) / max(timed.layer_s, 1e-9)
+
+
 def timings_of(members: Sequence[Member], costs: LayerCosts, ctx: int,
              measured: Mapping[str, LayerTime]) -> dict[str, Timing]:
     speeds = _speeds(members)
@@ -79,8 +87,12 @@ def timings_of(members: Sequence[Member], costs: LayerCosts, ctx: int,
                                 bool(m.bandwidth_Bps), None)
             continue
         # The timed token read its layer's KV cache at `depth` positions; a token at ctx
-        # reads the rest too, at this member's memory speed.
+        # reads the rest too, at this member's memory speed (the slowest measured member's
+        # where it has none) — or, where no member measured one, at the speed its timed
+        # layer read its own bytes (not _speeds' 1 byte/s stand-in: a 7,424,001 ms token)
         beyond = max(0.0, 1.0 - timed.depth / ctx)
+        if not any(x.bandwidth_Bps for x in members):
+            s = _timed_speed(costs, ctx, timed)
         per_block = [timed.layer_s + kv * beyond / s for kv in costs.kv]
         head_s = timed.head_s if timed.head_s is not None else costs.head_read / s
         out[m.id] = Timing(tuple(itertools.accumulate(per_block, initial=0.0)),

@@ -104,18 +104,26 @@ class RingPlan:
     notes: list[str] = field(default_factory=list)
 
     @property
+    def machinery_ms(self) -> float:
+        """strata's own per-token machinery beyond compute and wire (partition's priors)."""
+        from strata.ring.plan.partition import DRIVER_MS, HOP_MS
+
+        return DRIVER_MS + HOP_MS * len(self.links)
+
+    @property
     def predicted_stages_ms(self) -> float | None:
         times = [s.predicted_ms for s in self.stages]
         return None if None in times else sum(t for t in times if t is not None)
 
     @property
     def predicted_ms_per_token(self) -> float | None:
-        """Stages + links per decoded token; None when any part of it was not measured."""
+        """Stages + links + machinery per decoded token; None when any part of it was not
+        measured."""
         hops = [h.predicted_ms for h in self.links]
         stages = self.predicted_stages_ms
         if stages is None or None in hops:
             return None
-        return stages + sum(h for h in hops if h is not None)
+        return stages + sum(h for h in hops if h is not None) + self.machinery_ms
 
     @property
     def predicted_ts(self) -> float | None:
@@ -131,6 +139,7 @@ class RingPlan:
                 "usable_bytes": self.usable_bytes,
                 "predicted_ms": self.predicted_ms_per_token,
                 "predicted_stages_ms": self.predicted_stages_ms,
+                "predicted_machinery_ms": self.machinery_ms,
                 "predicted_ts": self.predicted_ts,
                 "stages": [s.to_json() for s in self.stages],
                 "links": [h.to_json() for h in self.links],

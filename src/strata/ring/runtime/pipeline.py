@@ -4,8 +4,9 @@ stage loop on every other rank.
 Rank r receives from r - 1 and sends to r + 1; the last rank sends its RESULT back to rank 0,
 so each token crosses every link once. A request starts with RESET (a fresh KV cache on every
 stage, and what the last stage returns: the chosen token, or logits), then one DATA message
-for the prompt (prefill) and one per decoded token, and ends with RESET 0 (caches freed, the
-stages idle). Idle stages wait on the store, not on gloo: the driver wakes them (Group.wake)
+for the prompt (prefill) and one per decoded token, and ends with RESET 0 (the stages idle,
+each keeping its cache and bound decode step for the next request; STOP frees them). Idle
+stages wait on the store, not on their links: the driver wakes them (Group.wake)
 before a new request or STOP; during a request every wait has the op deadline.
 
 After PeerLost the driver keeps what it generated; `Driver.resume` on a new group (fewer or
@@ -88,7 +89,7 @@ def serve_stage(group: Group, assignment: StageAssignment, model_ref: str,
                 if header.pos == 0:  # the request is over: what its decode steps took here
                     decode.publish(group, header.request)
                 decode = DecodeTime()
-                stage.reset(header.pos)
+                stage.reset(header.pos) if header.pos else stage.idle()
                 mode, idle = Mode(header.n), header.pos == 0
                 if not last:
                     group.send(nxt, header)
@@ -401,7 +402,7 @@ class Driver:
 
     def _reset(self, capacity: int, mode: Mode, request: int) -> None:
         assert self.stage is not None
-        self.stage.reset(capacity)
+        self.stage.reset(capacity) if capacity else self.stage.idle()
         if self.group.world > 1:
             if capacity > 0:
                 self._wake()
