@@ -350,11 +350,15 @@ def main() -> None:
                  f"{line['machinery_ms_per_token']:.2f} ms"
                  + (f" = {hop:.2f} ms x {line['hops']} hops" if hop is not None else "")
                  if line else "; no timeline")
+        meas = 1e3 / _mean(row.decode_tps)
+        pred = (f"; predicted {row.predicted_ms:.2f} vs measured {meas:.2f} ms/token "
+                f"({row.predicted_ms / meas - 1:+.0%}; goal within 30%)"
+                if row.predicted_ms else "; no prediction")
         print(f"  {row.name.split(' (')[0]}: decode {_mean(row.decode_tps) / lab:.2f} x -B lab"
-              f" (goals: x1 >= 0.9, x2 >= 0.8){where}")
+              f" (goals: x1 >= 0.9, x2 >= 0.8){where}{pred}")
     c = churn(path, spec.n_layers, args)
     print(f"churn (3 -> 2 stages, LocalRing, last stage SIGKILLed after {c['at_token']} of "
-          f"{c['tokens']} tokens): detected {c['detect_ms']:.0f} ms after the kill (gloo "
+          f"{c['tokens']} tokens): detected {c['detect_ms']:.0f} ms after the kill (link "
           f"wait {c['gloo_detect_ms']:.0f} ms), 2-rank group re-formed in "
           f"{c['reform_ms']:.0f} ms, {c['replayed']} positions replayed in "
           f"{c['replay_ms']:.0f} ms; last token before -> first token after: "
