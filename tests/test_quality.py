@@ -200,6 +200,22 @@ def test_gguf_tokenizer_is_llama_cpps(home: Path) -> None:
     assert ids == [300, 301, 511] + [3 + b for b in "h\u00e9".encode()]  # <0xNN> = 3 + NN
 
 
+def test_detokenizers_invert_the_tokenizers(home: Path) -> None:
+    """What ring run prints: llama.cpp's detokenizer on a GGUF's own vocabulary (CJK pieces
+    and byte fallbacks back to UTF-8, BOS left out), the synthetic scheme's inverse on its
+    text ids."""
+    from strata.backends.llamacpp import detokenize_gguf, tokenize_gguf
+    from strata.models.synthetic import BOS_ID, text_for_tokens
+    from strata.quality.tokenizer import detokenize, tokenize
+
+    path = resolve("synthetic:tiny@f32").path("gguf", "llamacpp")
+    text = text_for_tokens([300, 301, 511]) + "h\u00e9"
+    ids, _bos = tokenize_gguf(path, text)
+    assert detokenize_gguf(path, [BOS_ID, *ids]) == text
+    model = resolve("synthetic:tiny@f32")
+    assert detokenize(model, list(tokenize(model, "Once upon a time").ids)) == "Once upon a time"
+
+
 # -- bad input (in process: every message names the flag) --------------------------------
 
 

@@ -282,6 +282,7 @@ def test_runs_equal_one_process_and_survive_a_lost_member(ring: Ring) -> None:
     one = _run(ring, "solo", 8)
     assert one["world"] == 1 and two["world"] == 2 and not two["lost"], two
     assert two["tokens"] == one["tokens"] and len(one["tokens"]) == 8
+    assert two["text"] == one["text"] != ""  # the tokens as text, by the model's tokenizer
     assert [s["member"] for s in two["stages"]] == ["a", "b"]
     # The plan's figure is the same order as the measured one (a 27,136,118 ms prediction
     # for a ~10 ms token once went out): stages timed by the members, links, machinery.

@@ -448,6 +448,31 @@ class LlamaCppBackend:
         return out
 
 
+def detokenize_gguf(path: Path, ids: list[int]) -> str:
+    """`ids` as text by the GGUF's own vocabulary (special tokens left out), as llama.cpp's
+    tools print generated tokens. Loads the vocabulary only."""
+    _init_once()
+    params = lc.llama_model_default_params()
+    params.vocab_only = True
+    _LOG.errors.clear()
+    model = lc.llama_model_load_from_file(str(path).encode(), params)
+    if not model:
+        why = _LOG.last_error() or "truncated or corrupt?"
+        raise InputError(f"{path}: llama.cpp could not load this GGUF's vocabulary ({why})")
+    try:
+        vocab = lc.llama_model_get_vocab(model)
+        tokens = (lc.llama_token * max(1, len(ids)))(*ids)
+        cap = 16 * len(ids) + 16
+        while True:
+            buf = ctypes.create_string_buffer(cap)
+            n = lc.llama_detokenize(vocab, tokens, len(ids), buf, cap, True, False)
+            if n >= 0:
+                return buf.raw[:n].decode("utf-8", errors="replace")
+            cap = -n  # too small: llama.cpp says how many bytes it needs
+    finally:
+        lc.llama_model_free(model)
+
+
 def tokenize_gguf(path: Path, text: str) -> tuple[list[int], int | None]:
     """`text` as token ids by the GGUF's own tokenizer, no special tokens added or parsed, and
     the BOS id llama.cpp puts first for this vocabulary (None when it adds none).

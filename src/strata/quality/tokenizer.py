@@ -94,6 +94,15 @@ def synthetic_ids(text: str, vocab: int) -> np.ndarray:
     return FIRST_TEXT_ID + cps % n_text
 
 
+def _synthetic_text(model: ResolvedModel, ids: list[int]) -> str:
+    """The inverse of synthetic_ids on the plain-text ids (code points below the model's
+    text range; special ids print nothing, a surrogate code point as U+FFFD)."""
+    from strata.models.synthetic import FIRST_TEXT_ID
+
+    cps = (i - FIRST_TEXT_ID for i in ids if i >= FIRST_TEXT_ID)
+    return "".join("\ufffd" if 0xD800 <= cp <= 0xDFFF else chr(cp) for cp in cps)
+
+
 def _synthetic(model: ResolvedModel, text: str) -> Tokens:
     from strata.models.synthetic import BOS_ID, FIRST_TEXT_ID
 
@@ -122,6 +131,12 @@ def _gguf(model: ResolvedModel, text: str) -> Tokens:
     return Tokens.of_text(ids, bos, f"llama.cpp tokenizer of {path.name}")
 
 
+def _gguf_text(model: ResolvedModel, ids: list[int]) -> str:
+    from strata.backends.llamacpp import detokenize_gguf
+
+    return detokenize_gguf(model.path("gguf", "llamacpp"), ids)
+
+
 # -- Hugging Face ------------------------------------------------------------------------
 
 
@@ -138,6 +153,11 @@ def _hf(model: ResolvedModel, text: str) -> Tokens:
     adds_bos = bos is not None and with_special[:1] == [bos]  # what the tokenizer itself does
     return Tokens.of_text(ids, bos if adds_bos else None,
                           f"transformers tokenizer of {folder.name} ({type(tok).__name__})")
+
+
+def _hf_text(model: ResolvedModel, ids: list[int]) -> str:
+    folder = model.path("hf", "torch")
+    return str(_auto_tokenizer(model, folder).decode(ids, skip_special_tokens=True))
 
 
 def _auto_tokenizer(model: ResolvedModel, folder: Path):  # -> transformers tokenizer
@@ -159,14 +179,23 @@ class Scheme:
     name: str
     applies: Callable[[ResolvedModel], bool]
     tokenize: Callable[[ResolvedModel, str], Tokens]
+    detokenize: Callable[[ResolvedModel, list[int]], str]
 
 
 # First scheme that applies wins: synthetic before the file formats it also has.
 SCHEMES: list[Scheme] = [
-    Scheme("synthetic", is_synthetic, _synthetic),
-    Scheme("gguf", lambda m: "gguf" in m.artefacts, _gguf),
-    Scheme("hf", lambda m: "hf" in m.artefacts, _hf),
+    Scheme("synthetic", is_synthetic, _synthetic, _synthetic_text),
+    Scheme("gguf", lambda m: "gguf" in m.artefacts, _gguf, _gguf_text),
+    Scheme("hf", lambda m: "hf" in m.artefacts, _hf, _hf_text),
 ]
+
+
+def detokenize(model: ResolvedModel, ids: list[int]) -> str:
+    """Generated `ids` as text, by the same scheme `tokenize` reads the model's text with."""
+    for scheme in SCHEMES:
+        if scheme.applies(model):
+            return scheme.detokenize(model, ids)
+    raise InputError(f"MODEL {model.ref}: no tokenizer to turn its tokens into text")
 
 
 def tokenize(model: ResolvedModel, text: str) -> Tokens:

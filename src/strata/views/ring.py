@@ -108,11 +108,13 @@ def run_record(reply: dict[str, Any]) -> dict[str, Any]:
             "stages": " ".join(f"{s['member']}[{s['first']},{s['last']})"
                                for s in reply["stages"]),
             "lost": " ".join(e["lost"] for e in reply["lost"]),
-            "tokens": " ".join(str(t) for t in reply["tokens"])}
+            "tokens": " ".join(str(t) for t in reply["tokens"]), "text": reply.get("text")}
 
 
 def run_table(reply: dict[str, Any], out: Any) -> None:
     rec = run_record(reply)
+    if reply.get("text") is not None:
+        out.print(plain(reply["text"]))
     out.print(plain(f"tokens: {rec['tokens']}"))
     tps = "—" if rec["decode_tps"] is None else f"{rec['decode_tps']:.1f} t/s"
     out.print(plain(f"{reply['n_prompt']} prompt + {reply['n_gen']} generated tokens on "

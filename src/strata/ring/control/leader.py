@@ -24,7 +24,7 @@ DRIVE_SILENCE_S = 30.0  # the driver says "pending" every second: this much sile
 
 def lead(node: Any, msg: Message) -> Message:
     from strata.models.source import resolve
-    from strata.quality.tokenizer import tokenize
+    from strata.quality.tokenizer import detokenize, tokenize
 
     model, n = str(msg["model"]), int(msg["n"])
     if n < 1:
@@ -58,8 +58,10 @@ def lead(node: Any, msg: Message) -> Message:
         if "result" in reply:
             node.ring_now = {"model": model, "layout": layout, "epoch": epoch}
             segments.append({"epoch": epoch, "plan": _stages(plan), **reply["result"]})
-            return _answer(model, prompt, reply["result"], plan, segments, events,
-                           time.perf_counter() - t_start)
+            answer = _answer(model, prompt, reply["result"], plan, segments, events,
+                             time.perf_counter() - t_start)
+            answer["text"] = detokenize(resolve(model), list(answer["tokens"]))
+            return answer
         who = reply.get("member") or plan.stages[int(reply["lost"])].member
         tokens = list(reply.get("tokens") or tokens)
         events.append({"epoch": epoch, "lost": who, "at_token": len(tokens),
