@@ -216,6 +216,47 @@ def test_detokenizers_invert_the_tokenizers(home: Path) -> None:
     assert detokenize(model, list(tokenize(model, "Once upon a time").ids)) == "Once upon a time"
 
 
+CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+          "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+def with_chat_template(src: Path, dst: Path, template: str) -> Path:
+    """A copy of the GGUF at `src` with tokenizer.chat_template set (gguf-py's own
+    metadata copier)."""
+    import gguf
+    from gguf.scripts.gguf_new_metadata import MetadataDetails, copy_with_new_metadata
+
+    reader = gguf.GGUFReader(src)
+    arch = reader.get_field(gguf.Keys.General.ARCHITECTURE)
+    writer = gguf.GGUFWriter(dst, arch=arch.contents(), endianess=reader.endianess)
+    copy_with_new_metadata(reader, writer, {gguf.Keys.Tokenizer.CHAT_TEMPLATE: MetadataDetails(
+        gguf.GGUFValueType.STRING, template)}, [])
+    return dst
+
+
+def test_chat_prompts_are_formatted_by_llama_cpps_template_engine(home: Path,
+                                                                 tmp_path: Path) -> None:
+    """--chat: one user turn through the GGUF's own template (llama.cpp recognises ChatML),
+    the assistant's turn opened; its special tokens parsed, BOS first. A GGUF without a
+    template, and a synthetic model, are refused in one line."""
+    from strata.backends.llamacpp import chat_prompt_gguf, tokenize_gguf
+    from strata.models.source import resolve
+    from strata.quality.tokenizer import chat_tokens
+
+    plain = resolve("synthetic:tiny@f32").path("gguf", "llamacpp")
+    path = with_chat_template(plain, tmp_path / "chat.gguf", CHATML)
+    want = "<|im_start|>user\nHi there<|im_end|>\n<|im_start|>assistant\n"
+    assert chat_prompt_gguf(path, [("user", "Hi there")]) == want
+    tokens = chat_tokens(resolve(str(path)), "Hi there")
+    ids, bos = tokenize_gguf(path, want, special=True)
+    assert tokens.ids.tolist() == [bos, *ids]
+    for ref in (str(plain), "synthetic:tiny@f32"):  # strata's synthetic files have none
+        with pytest.raises(InputError, match="no chat template"):
+            chat_tokens(resolve(ref), "Hi")
+    with pytest.raises(InputError, match="--chat needs a GGUF"):
+        chat_tokens(resolve(str(resolve("synthetic:tiny@f32").path("hf", "torch"))), "Hi")
+
+
 # -- bad input (in process: every message names the flag) --------------------------------
 
 

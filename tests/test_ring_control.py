@@ -283,6 +283,9 @@ def test_runs_equal_one_process_and_survive_a_lost_member(ring: Ring) -> None:
     assert one["world"] == 1 and two["world"] == 2 and not two["lost"], two
     assert two["tokens"] == one["tokens"] and len(one["tokens"]) == 8
     assert two["text"] == one["text"] != ""  # the tokens as text, by the model's tokenizer
+    line = one_line_error(ring.cli("ring", "run", MODEL, "-p", PROMPT, "-n", "2", "--chat",
+                                   "--connect", ring.addr("a")))
+    assert "no chat template" in line and "--chat" in line, line
     assert [s["member"] for s in two["stages"]] == ["a", "b"]
     # The plan's figure is the same order as the measured one (a 27,136,118 ms prediction
     # for a ~10 ms token once went out): stages timed by the members, links, machinery.

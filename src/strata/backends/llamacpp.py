@@ -473,9 +473,44 @@ def detokenize_gguf(path: Path, ids: list[int]) -> str:
         lc.llama_model_free(model)
 
 
-def tokenize_gguf(path: Path, text: str) -> tuple[list[int], int | None]:
-    """`text` as token ids by the GGUF's own tokenizer, no special tokens added or parsed, and
-    the BOS id llama.cpp puts first for this vocabulary (None when it adds none).
+def chat_prompt_gguf(path: Path, messages: list[tuple[str, str]]) -> str:
+    """`messages` ((role, content) pairs) formatted by the GGUF's own chat template
+    (tokenizer.chat_template) through llama.cpp's template engine, ending where the
+    assistant's reply begins, as llama-cli's conversation mode formats a turn."""
+    _init_once()
+    params = lc.llama_model_default_params()
+    params.vocab_only = True
+    _LOG.errors.clear()
+    model = lc.llama_model_load_from_file(str(path).encode(), params)
+    if not model:
+        why = _LOG.last_error() or "truncated or corrupt?"
+        raise InputError(f"{path}: llama.cpp could not load this GGUF's vocabulary ({why})")
+    try:
+        tmpl = lc.llama_model_chat_template(model, None)
+        if not tmpl:
+            raise InputError(f"MODEL {path}: the GGUF has no chat template "
+                             "(tokenizer.chat_template); leave out --chat")
+        chat = (lc.llama_chat_message * len(messages))(
+            *(lc.llama_chat_message(role.encode(), text.encode()) for role, text in messages))
+        cap = 2 * sum(len(t.encode()) for _r, t in messages) + 256
+        while True:
+            buf = ctypes.create_string_buffer(cap)
+            n = lc.llama_chat_apply_template(tmpl, chat, len(messages), True, buf, cap)
+            if n < 0:
+                raise InputError(f"MODEL {path}: llama.cpp does not know this GGUF's chat "
+                                 "template; leave out --chat and format the prompt yourself")
+            if n <= cap:
+                return buf.raw[:n].decode("utf-8", errors="replace")
+            cap = n
+    finally:
+        lc.llama_model_free(model)
+
+
+def tokenize_gguf(path: Path, text: str, special: bool = False
+                  ) -> tuple[list[int], int | None]:
+    """`text` as token ids by the GGUF's own tokenizer, no special tokens added (`special`:
+    the ones written in the text parsed, as a chat template's), and the BOS id llama.cpp
+    puts first for this vocabulary (None when it adds none).
 
     Loads the vocabulary only (no weights), so a long text is checked in seconds.
     """
@@ -493,7 +528,7 @@ def tokenize_gguf(path: Path, text: str) -> tuple[list[int], int | None]:
         cap = len(data) + 16  # a token covers at least one byte, except special ones
         while True:
             buf = (lc.llama_token * cap)()
-            n = lc.llama_tokenize(vocab, data, len(data), buf, cap, False, False)
+            n = lc.llama_tokenize(vocab, data, len(data), buf, cap, False, special)
             if n >= 0:
                 break
             cap = -n  # too small: llama.cpp says how many it needs

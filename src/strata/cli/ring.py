@@ -54,10 +54,10 @@ def serve(
     mem_cap: Annotated[float | None, typer.Option(
         "--mem-cap", metavar="GIB", help="Memory this node may use for the model, in GiB "
         "(default: what is available).", show_default=False)] = None,
-    threads: Annotated[int | None, typer.Option(
-        "-t", "--threads", metavar="N", help="Threads this node's kernels use (default: "
-        "OMP_NUM_THREADS, else the physical cores). Members sharing one machine should split "
-        "its cores between them.", show_default=False)] = None,
+    threads: Annotated[str | None, typer.Option(
+        "-t", "--threads", help="Threads this node's kernels use (default: OMP_NUM_THREADS, "
+        "else the physical cores); members on one machine split its cores.",
+        show_default=False)] = None,
     host: Annotated[str, typer.Option(
         "--host", metavar="ADDR", help="Address to listen on and advertise (default: every "
         "interface).")] = "0.0.0.0",
@@ -84,8 +84,8 @@ def serve(
       strata ring serve --name b --port 7474 --peers 192.168.1.10:7473
       strata ring serve --device cuda:0 --mem-cap 20
       strata ring serve --ops torch
-      strata ring serve -t 4 --name a --port 7473   (two members on one 8-core host)
-      strata ring serve -t 4 --name b --port 7474
+      strata ring serve -t 4 --name a --port 7473
+      strata ring serve -t 4 --name b --port 7474   (with a: one 8-core host)
     """
     from strata.commands.ring import ServeOptions
     from strata.commands.ring import serve as serve_node
@@ -157,6 +157,10 @@ def run(
     temperature: Annotated[float, typer.Option(
         "--temperature", "--temp", help="Above 0 (with --seed): sample at this "
         "temperature.")] = 0.0,
+    chat: Annotated[bool, typer.Option(
+        "--chat", help="Send the prompt as one user turn formatted by the GGUF's chat "
+        "template (tokenizer.chat_template, through llama.cpp), the reply's start "
+        "included, as llama-cli's conversation mode.")] = False,
     connect: ConnectOption = f"127.0.0.1:{DEFAULT_PORT}",
     timeout: Annotated[float, typer.Option(
         "--timeout", metavar="SECONDS", help="Give up after this long without a word from "
@@ -175,12 +179,13 @@ def run(
     [bold]Examples[/bold]
       strata ring run synthetic:tiny-deep -p "Hello" -n 16
       strata ring run model.gguf -p "Once upon a time" -n 64 --seed 1 --temp 0.8
+      strata ring run qwen3-0.6b-q8_0.gguf -p "Why is the sky blue?" -n 128 --chat
     """
     from strata.commands.ring import run as ring_run
     from strata.views.ring import RUN_COLUMNS, run_record, run_table
 
     chosen = output_format(fmt, json_out)
-    reply = ring_run(model, prompt, n_predict, seed, temperature, connect, timeout)
+    reply = ring_run(model, prompt, n_predict, seed, temperature, connect, timeout, chat)
     emit(out, chosen, [run_record(reply)], document=reply, md_columns=RUN_COLUMNS,
          table=lambda: run_table(reply, out))
 

@@ -51,7 +51,7 @@ class ServeOptions:
     device: str = "cpu"
     ops: str = "lab"
     mem_cap: float | None = None  # GiB
-    threads: int | None = None
+    threads: str | None = None  # a whole number (bench's -t takes lists; this one, one)
     host: str = "0.0.0.0"
     mdns: bool = True
     timeout: float = 3.0
@@ -90,13 +90,16 @@ def _node(o: ServeOptions, log: Callable[[str], None]) -> tuple[Node, socket.soc
         raise InputError(f"--ops {o.ops}: choose one of {', '.join(ops_names())}")
     if o.mem_cap is not None:
         _positive("--mem-cap", o.mem_cap)
+    threads = None
     if o.threads is not None:
-        _positive("--threads", o.threads)
+        if not o.threads.strip().isdigit() or int(o.threads) < 1:
+            raise InputError(f"--threads {o.threads}: give a whole number of threads >= 1")
+        threads = int(o.threads)
     config = NodeConfig(name=o.name or _default_name(o.port), host=o.host, port=o.port,
                         peers=parse_peers(o.peers), device=o.device, ops=o.ops, mdns=o.mdns,
                         mem_cap_bytes=None if o.mem_cap is None else int(o.mem_cap * GiB),
                         heartbeat_s=o.timeout / 6, timeout_s=o.timeout, db=o.db,
-                        threads=o.threads)
+                        threads=threads)
     # The port first: one that is in use fails in one line before the host is probed.
     sock = bind(o.host, o.port)
     if o.version_as:
@@ -135,7 +138,7 @@ def status(connect: str, timeout: float) -> dict[str, Any]:
 
 
 def run(model: str, prompt: str, n_predict: str, seed: int | None, temperature: float,
-        connect: str, timeout: float) -> dict[str, Any]:
+        connect: str, timeout: float, chat: bool = False) -> dict[str, Any]:
     """`strata ring run`: one generation across the ring, asked of the daemon at `connect`
     (it passes the request to the leader)."""
     _positive("--timeout", timeout)
@@ -144,7 +147,7 @@ def run(model: str, prompt: str, n_predict: str, seed: int | None, temperature: 
     if temperature < 0:
         raise InputError(f"--temperature {temperature}: must be >= 0")
     return _ask(connect, {"op": "run", "model": model, "prompt": prompt, "n": int(n_predict),
-                          "seed": seed, "temperature": temperature}, timeout)
+                          "seed": seed, "temperature": temperature, "chat": chat}, timeout)
 
 
 # -- plan ---------------------------------------------------------------------------------

@@ -190,6 +190,23 @@ SCHEMES: list[Scheme] = [
 ]
 
 
+def chat_tokens(model: ResolvedModel, text: str) -> Tokens:
+    """`text` as one user turn formatted by the model's chat template (a GGUF's, through
+    llama.cpp), tokenised with the template's special tokens parsed."""
+    if "gguf" not in model.artefacts and model.kind != "synthetic":
+        raise InputError(f"MODEL {model.ref}: --chat needs a GGUF with a chat template "
+                         "(tokenizer.chat_template)")
+    from strata.backends.llamacpp import chat_prompt_gguf, tokenize_gguf
+
+    path = model.path("gguf", "llamacpp")
+    formatted = chat_prompt_gguf(path, [("user", text)])
+    ids, bos = tokenize_gguf(path, formatted, special=True)
+    if bos is not None and ids[:1] == [bos]:  # the template wrote BOS itself
+        bos = None
+    return Tokens.of_text(ids, bos, f"chat template of {path.name} (llama.cpp), then its "
+                                    "tokenizer with special tokens parsed")
+
+
 def detokenize(model: ResolvedModel, ids: list[int]) -> str:
     """Generated `ids` as text, by the same scheme `tokenize` reads the model's text with."""
     for scheme in SCHEMES:

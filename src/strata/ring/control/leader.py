@@ -24,13 +24,14 @@ DRIVE_SILENCE_S = 30.0  # the driver says "pending" every second: this much sile
 
 def lead(node: Any, msg: Message) -> Message:
     from strata.models.source import resolve
-    from strata.quality.tokenizer import detokenize, tokenize
+    from strata.quality.tokenizer import chat_tokens, detokenize, tokenize
 
     model, n = str(msg["model"]), int(msg["n"])
     if n < 1:
         raise InputError(f"-n {n}: generate at least one token")
+    read = chat_tokens if msg.get("chat") else tokenize  # --chat: the GGUF's chat template
     prompt = [int(t) for t in msg.get("prompt_ids") or
-              tokenize(resolve(model), str(msg.get("prompt", ""))).ids]
+              read(resolve(model), str(msg.get("prompt", ""))).ids]
     if not prompt:
         raise InputError("-p: the prompt is empty")
     digest = model_hash(model)

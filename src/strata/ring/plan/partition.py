@@ -45,7 +45,15 @@ from strata.ring.plan.costs import LayerCosts
 from strata.ring.plan.links import Link
 from strata.ring.plan.members import HEADROOM, Member
 from strata.ring.plan.timing import SAME_SPEED, Timing, eta, timings_of
-from strata.ring.plan.types import LayerTime, LinkPlan, RingPlan, StagePlan, size
+from strata.ring.plan.types import (  # noqa: F401  (DRIVER_MS: the plan's machinery prior)
+    DRIVER_MS,
+    HOP_MS,
+    LayerTime,
+    LinkPlan,
+    RingPlan,
+    StagePlan,
+    size,
+)
 
 # how the ring's stages hold weights, per ops backend (strata.ring.runtime.stage): the lab's
 # kernels read the GGUF's blocks as stored (None), the torch ops dequantise to float32
@@ -118,14 +126,6 @@ def link_between(links: Links, a: str, b: str) -> Link | None:
     if links is None or isinstance(links, Link):
         return links
     return links.get((a, b)) or links.get((b, a))
-
-
-# strata's own machinery per decoded token beyond the stages' compute and the links' wire
-# time, as ring run's timeline measured it (smollm2-135m q8_0, 1-3 members on loopback,
-# 2-core EPYC): the driver's loop (~0.2 ms with no hop) and each hop's message handling —
-# the send, the receive, the next stage's dispatch (0.36-0.52 ms). Priors, not this host's.
-DRIVER_MS = 0.2
-HOP_MS = 0.4
 
 
 def _hops(order: Sequence[Member], wire: int, back: int) -> list[tuple[str, str, int, str]]:
