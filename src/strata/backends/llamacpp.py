@@ -15,11 +15,13 @@ region (llama_perf_context) go into RunTrace.internal so the harness overhead ca
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import random
 import time
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -448,9 +450,10 @@ class LlamaCppBackend:
         return out
 
 
-def detokenize_gguf(path: Path, ids: list[int]) -> str:
-    """`ids` as text by the GGUF's own vocabulary (special tokens left out), as llama.cpp's
-    tools print generated tokens. Loads the vocabulary only."""
+@contextlib.contextmanager
+def _vocab_model(path: Path) -> Iterator[Any]:
+    """The GGUF's vocabulary only (no weights) as a llama.cpp model, freed after use; an
+    InputError line when llama.cpp cannot load it."""
     _init_once()
     params = lc.llama_model_default_params()
     params.vocab_only = True
@@ -460,6 +463,15 @@ def detokenize_gguf(path: Path, ids: list[int]) -> str:
         why = _LOG.last_error() or "truncated or corrupt?"
         raise InputError(f"{path}: llama.cpp could not load this GGUF's vocabulary ({why})")
     try:
+        yield model
+    finally:
+        lc.llama_model_free(model)
+
+
+def detokenize_gguf(path: Path, ids: list[int]) -> str:
+    """`ids` as text by the GGUF's own vocabulary (special tokens left out), as llama.cpp's
+    tools print generated tokens. Loads the vocabulary only."""
+    with _vocab_model(path) as model:
         vocab = lc.llama_model_get_vocab(model)
         tokens = (lc.llama_token * max(1, len(ids)))(*ids)
         cap = 16 * len(ids) + 16
@@ -469,23 +481,13 @@ def detokenize_gguf(path: Path, ids: list[int]) -> str:
             if n >= 0:
                 return buf.raw[:n].decode("utf-8", errors="replace")
             cap = -n  # too small: llama.cpp says how many bytes it needs
-    finally:
-        lc.llama_model_free(model)
 
 
 def chat_prompt_gguf(path: Path, messages: list[tuple[str, str]]) -> str:
     """`messages` ((role, content) pairs) formatted by the GGUF's own chat template
     (tokenizer.chat_template) through llama.cpp's template engine, ending where the
     assistant's reply begins, as llama-cli's conversation mode formats a turn."""
-    _init_once()
-    params = lc.llama_model_default_params()
-    params.vocab_only = True
-    _LOG.errors.clear()
-    model = lc.llama_model_load_from_file(str(path).encode(), params)
-    if not model:
-        why = _LOG.last_error() or "truncated or corrupt?"
-        raise InputError(f"{path}: llama.cpp could not load this GGUF's vocabulary ({why})")
-    try:
+    with _vocab_model(path) as model:
         tmpl = lc.llama_model_chat_template(model, None)
         if not tmpl:
             raise InputError(f"MODEL {path}: the GGUF has no chat template "
@@ -502,8 +504,6 @@ def chat_prompt_gguf(path: Path, messages: list[tuple[str, str]]) -> str:
             if n <= cap:
                 return buf.raw[:n].decode("utf-8", errors="replace")
             cap = n
-    finally:
-        lc.llama_model_free(model)
 
 
 def tokenize_gguf(path: Path, text: str, special: bool = False
@@ -514,15 +514,7 @@ def tokenize_gguf(path: Path, text: str, special: bool = False
 
     Loads the vocabulary only (no weights), so a long text is checked in seconds.
     """
-    _init_once()
-    params = lc.llama_model_default_params()
-    params.vocab_only = True
-    _LOG.errors.clear()
-    model = lc.llama_model_load_from_file(str(path).encode(), params)
-    if not model:
-        why = _LOG.last_error() or "truncated or corrupt?"
-        raise InputError(f"{path}: llama.cpp could not load this GGUF's vocabulary ({why})")
-    try:
+    with _vocab_model(path) as model:
         vocab = lc.llama_model_get_vocab(model)
         data = text.encode("utf-8")
         cap = len(data) + 16  # a token covers at least one byte, except special ones
@@ -535,8 +527,6 @@ def tokenize_gguf(path: Path, text: str, special: bool = False
         ids = np.ctypeslib.as_array(buf)[:n].tolist()
         bos = lc.llama_vocab_bos(vocab) if lc.llama_vocab_get_add_bos(vocab) else -1
         return ids, (bos if bos >= 0 else None)
-    finally:
-        lc.llama_model_free(model)
 
 
 def needs_flash_attn(config: LoadConfig) -> bool:
