@@ -293,3 +293,34 @@ def test_lab_stages_hold_the_stored_bytes_and_chain_to_the_lab_models_logits(hom
     f32 = Stage.load(str(path), 2, 4, ops="torch")
     assert f32.weight_bytes == stage_bytes(f32.spec, 2, 4, 0, "torch")[0] > 3 * \
         stages[1].weight_bytes
+
+
+@pytest.mark.parametrize("ops", ["lab", "torch"])
+def test_a_prompt_longer_than_a_chunk_is_run_in_chunks_with_the_same_logits(home: Path,
+                                                                            ops: str) -> None:
+    """A ring stage's prefill (any executor's) of more positions than its chunk runs chunk
+    by chunk through the cache: the same logits as one pass, to float32's rounding (every
+    position attends to the same keys; only the batching differs)."""
+    from strata.models.source import resolve
+    from strata.ring.runtime.stage import Stage
+
+    path = resolve("synthetic:tiny-deep@f32").path("gguf", "ring")
+    ids = torch.tensor([1, *range(300, 337)])  # 38 positions
+    outs = {}
+    for chunk in (512, 8):
+        stage = Stage.load(str(path), 0, 4, ops=ops)
+        stage.executor.chunk = chunk
+        stage.reset(48)
+        calls = []
+        forward = stage.executor.forward
+
+        def counted(x, pos, logits_from=0, forward=forward, calls=calls):
+            calls.append(x.shape[0])
+            return forward(x, pos, logits_from)
+
+        stage.executor.forward = counted
+        outs[chunk] = stage.forward(ids, 0)
+        assert max(calls[1:] or calls) <= chunk  # the chunks, after the first (whole) call
+    assert outs[8].shape == outs[512].shape == (38, outs[512].shape[1])
+    scale = float(outs[512].abs().max())
+    assert float((outs[8] - outs[512]).abs().max()) <= 1e-5 * scale

@@ -184,7 +184,8 @@ class Executor:
         if pos < 0 or pos + t > cache.capacity:
             raise ValueError(f"positions {pos}..{pos + t} exceed the cache's "
                              f"{cache.capacity}")
-        if cache.window and t > self.chunk:  # the windowed rows hold `chunk` new positions
+        if t > self.chunk:  # long prompts in chunks (llama.cpp's n_ubatch): bounded
+            # activations and attention scores, and what the windowed rows have room for
             return self._in_chunks(x, pos, logits_from)
         h = graph.embed(self.net, x.to(self.device)) if self.is_first else \
             x.to(self.device, torch.float32).contiguous()
