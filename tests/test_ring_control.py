@@ -356,8 +356,7 @@ def test_the_timed_run_of_layers_outgrows_the_cache() -> None:
     from strata.ring.control.layer_time import span
 
     spec = parse_ref("synthetic:smollm2-135m@q8_0").gguf_spec()  # a plan: nothing written
-    caches = [c for c in probe_cpu().caches if c.kind != "instruction"]
-    llc = max(caches, key=lambda c: c.level).size_bytes if caches else 32 << 20
+    llc = probe_cpu().last_level_cache_bytes() or 32 << 20
     k = span(spec, "cpu")
     per_layer = spec.weight_bytes() / spec.n_layers
     assert k == math.ceil(2 * llc / per_layer) > 1

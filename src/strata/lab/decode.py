@@ -273,7 +273,10 @@ class DecodeStep:
         b.sin_w.copy_(m.rope_windowed.sin[pos:pos + 1])
         if self.kernels.profile:  # each kernel timed on its own, the glue untimed between
             for s in self.program.steps:
-                s.call() if s.op == runner.GLUE else self._timed([(s.op, s.call)])
+                if s.op == runner.GLUE:
+                    s.call()
+                else:
+                    self._timed([(s.op, s.call)])
         else:
             self.program()
         m.pos = pos + 1

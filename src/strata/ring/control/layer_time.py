@@ -45,9 +45,9 @@ TIMING = TimingPolicy(warmup_s=0.02, min_reps=5, max_reps=25, max_time_s=0.25)
 
 def time_layer(model_ref: str, device: str = "cpu", ops: str | None = None,
                threads: int | None = None) -> LayerTime:
-    """This host's decode time of one middle layer (and of the head) of `model_ref`, with
-    `ops` (None: the default) on `threads` (None: hardware.threads' default), sized in
-    this thread (OpenMP's count is per thread)."""
+    """This host's decode time of a middle layer (the mean over a `span` of them) and of the
+    head of `model_ref`, with `ops` (None: the default) on `threads` (None: hardware.threads'
+    default), sized in this thread (OpenMP's count is per thread)."""
     from strata.hardware.threads import set_threads
     from strata.models.source import resolve
     from strata.ring.runtime.stage import DEFAULT_OPS
@@ -122,8 +122,7 @@ def _flush_bytes() -> int:
     """Twice this host's last-level cache (64 MiB where the probe cannot tell)."""
     from strata.hardware.cpu import probe_cpu
 
-    caches = [c for c in probe_cpu().caches if c.kind != "instruction"]
-    llc = max(caches, key=lambda c: c.level).size_bytes if caches else 0
+    llc = probe_cpu().last_level_cache_bytes()
     return 2 * llc if llc else 64 << 20
 
 

@@ -94,10 +94,7 @@ def serve_stage(group: Group, assignment: StageAssignment, model_ref: str,
                 if not last:
                     group.send(nxt, header)
             elif header.kind == Kind.DATA and payload is not None:
-                t0 = time.perf_counter()
                 _step(group, stage, header, payload, mode, nxt, decode)
-                if header.n == 1:
-                    decode.add(time.perf_counter() - t0)
             else:
                 raise ValueError(f"stage {group.rank}: unexpected {header}")
     except PeerLost as lost:
@@ -111,7 +108,7 @@ def _step(group: Group, stage: Stage, header: Header, x: torch.Tensor, mode: Mod
     t0 = time.perf_counter()
     out = stage.forward(x, header.pos, last_only=stage.is_last and mode != Mode.ALL_LOGITS)
     if header.n == 1:
-        decode.compute_s += time.perf_counter() - t0
+        decode.add(time.perf_counter() - t0)
     if not stage.is_last:
         group.send(nxt, Header(Kind.DATA, header.request, header.pos, out.shape[0],
                                out.shape[1]), out)
@@ -128,22 +125,20 @@ def _step(group: Group, stage: Stage, header: Header, x: torch.Tensor, mode: Mod
 
 @dataclass
 class DecodeTime:
-    """One rank's decode steps of one request: the stage's own compute, and the whole
-    handling of each message (compute, the send on, this process's Python)."""
+    """One rank's decode steps of one request: its stage's own compute."""
 
     compute_s: float = 0.0
-    handled_s: float = 0.0
     steps: int = 0
 
-    def add(self, handled_s: float) -> None:
-        self.handled_s += handled_s
+    def add(self, compute_s: float) -> None:
+        self.compute_s += compute_s
         self.steps += 1
 
     def publish(self, group: Group, request: int) -> None:
         """Into the epoch's store, for the driver's timeline (best effort)."""
         with contextlib.suppress(RuntimeError):
             group.store.set(f"timeline/{request}/{group.rank}",
-                            f"{self.compute_s} {self.handled_s} {self.steps}")
+                            f"{self.compute_s} {self.steps}")
 
 
 TIMELINE_WAIT_S = 2.0  # how long the driver waits for the stages' figures after a request
@@ -162,8 +157,8 @@ def timeline(group: Group, request: int, own: DecodeTime, ms_per_token: float | 
         if keys:
             group.store.wait(keys, timedelta(seconds=TIMELINE_WAIT_S))
         for r, key in enumerate(keys, start=1):
-            compute, handled, steps = group.store.get(key).decode().split()
-            ranks[r] = DecodeTime(float(compute), float(handled), int(steps))
+            compute, steps = group.store.get(key).decode().split()
+            ranks[r] = DecodeTime(float(compute), int(steps))
     except (RuntimeError, ValueError):
         return None  # a stage that did not report: no timeline, never a made-up one
     compute = {r: 1e3 * t.compute_s / max(1, t.steps) for r, t in ranks.items()}
@@ -377,8 +372,7 @@ class Driver:
         out = self.stage.forward(ids, pos, last_only=self.stage.is_last and
                                  s.mode != Mode.ALL_LOGITS)
         if ids.shape[0] == 1:
-            self.decode.compute_s += time.perf_counter() - t0
-            self.decode.steps += 1
+            self.decode.add(time.perf_counter() - t0)
         if self.group.world == 1:
             return out
         g = self.group
