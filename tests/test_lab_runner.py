@@ -91,6 +91,9 @@ def test_steps_the_runner_cannot_take_stay_python() -> None:
     def thunk() -> None:
         x.add_(1)
 
+    # a thunk not tagged by the in-process C dialect (a confined kernel's round trip to its
+    # worker, a torch stand-in) is never called natively: its code stays where it runs
+    assert runner.kernel_step("linear_f32", thunk).native is None
     thunk.native = (1, list(range(runner.MAX_INTS + 1)), [])  # type: ignore[attr-defined]
     assert runner.kernel_step("linear_f32", thunk).native is None  # too many arguments
     program = runner.Program([runner.add_step(strided, y)])
