@@ -99,6 +99,8 @@ def cap_for(model: str, world: int, ctx: int, ops: str) -> int:
 class Daemons:
     def __init__(self, home: Path) -> None:
         self.home, self.procs, self.ports = home, {}, {}
+        # one ring secret for the daemons and this process's requests (ring serve's auth)
+        os.environ.setdefault("STRATA_RING_SECRET", os.urandom(16).hex())
         self.env = {**os.environ, "STRATA_HOME": str(home), "STRATA_PROGRESS": "0"}
 
     def start(self, names: list[str], cap: int | None, ops: str, threads: int) -> str:

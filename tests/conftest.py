@@ -13,6 +13,11 @@ from typing import Any
 import pytest
 
 FIXTURES = Path(__file__).parent / "fixtures"
+# The ring secret every test daemon and client shares (strata.ring.control.auth): set for
+# the whole session, so each test's daemons, CLI calls and in-process requests prove it;
+# the tests of the secret itself start daemons with another one, or without it.
+RING_SECRET = "strata-test-ring-secret"
+os.environ["STRATA_RING_SECRET"] = RING_SECRET
 
 
 def _gpu_available() -> bool:

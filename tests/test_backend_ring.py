@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import home_db
+from tests.conftest import RING_SECRET, home_db
 from tests.test_ring_control import CAP, MODEL, Ring, free_port, one_line_error, wait_for
 
 N_PROMPT, N_GEN = 16, 8
@@ -126,7 +126,8 @@ def test_a_request_that_lost_a_member_runs_again_and_depth_is_refused(
     def status(_msg: dict, _chan: wire.Channel) -> dict:
         return {"self": {"id": "a"}, "peers": [], "leader": "a"}
 
-    server = wire.Server("127.0.0.1", 0, {"run": run, "status": status})
+    server = wire.Server("127.0.0.1", 0, {"run": run, "status": status},
+                         key=RING_SECRET.encode())
     server.serve_in_thread()
     try:
         monkeypatch.setenv("STRATA_RING", f"127.0.0.1:{server.port}")

@@ -41,6 +41,8 @@ METAVAR_EXCEPTIONS = {
     "--out": "train's is a run folder (DIR), report's an HTML file (FILE)",
     "--export": "train's is a flag (--export/--no-export), kernels attempts' a FILE",
     "--threads": "bench sweeps a list (-t 1-2,4), train takes one count",
+    "--models": "ring serve's is a directory of model files (DIR), kernels eval's a list of "
+                "language models (MODELS)",
 }
 ANNOTATION = re.compile(r"^\[(default|required|env var)[^\]]*\]$")
 

@@ -21,6 +21,7 @@ import psutil
 import pytest
 
 from strata.ring.control import wire
+from tests.conftest import RING_SECRET
 from tests.test_output_schema import check
 
 TIMEOUT_S = 1.5  # the daemons' heartbeat timeout in these tests (pings every 0.25 s)
@@ -239,10 +240,10 @@ def test_port_in_use_unreachable_and_hung_daemons_are_one_line_errors(ring: Ring
     t0 = time.monotonic()
     line = one_line_error(ring.cli("ring", "status", "--connect", ring.addr("h"),
                                    "--timeout", "1"))
-    assert "no answer to 'status' within 1 s" in line, line
+    assert "no answer within 1 s" in line and "hung" in line, line  # not even the handshake
     line = one_line_error(ring.cli("ring", "run", MODEL, "-p", PROMPT, "-n", "4", "--connect",
                                    ring.addr("h"), "--timeout", "1"))
-    assert "no answer to 'run' within 1 s" in line, line
+    assert "no answer within 1 s" in line and "hung" in line, line
     wait_for(lambda: ring.live("a") == set(), 3 * TIMEOUT_S, "a kept the hung peer")
     assert time.monotonic() - t0 < 4 * TIMEOUT_S + 3
     lost = next(p for p in ring.status("a")["peers"] if p["member"]
@@ -257,11 +258,14 @@ CAP = "0.0008"  # GiB: no member holds it alone (0.9 x 839 KiB), any two do
 PROMPT = "The ring turns"
 
 
-def _run(ring: Ring, at: str, n: int, **extra: Any) -> dict[str, Any]:
-    """A generation asked of daemon `at` (the CLI's request, without its start-up)."""
-    return wire.request("127.0.0.1", ring.ports[at], {"op": "run", "model": MODEL,
-                                                         "prompt": PROMPT, "n": n, **extra},
-                           timeout_s=120)
+def _run(ring: Ring, at: str, n: int, heard: list[dict[str, Any]] | None = None,
+         **extra: Any) -> dict[str, Any]:
+    """A generation asked of daemon `at` (the CLI's request, without its start-up); with
+    `heard`, streamed: each token's message is appended to it as it comes."""
+    return wire.request("127.0.0.1", ring.ports[at],
+                        {"op": "run", "model": MODEL, "prompt": PROMPT, "n": n,
+                         "stream": heard is not None, **extra}, timeout_s=120,
+                        on_progress=None if heard is None else heard.append)
 
 
 def test_runs_equal_one_process_and_survive_a_lost_member(ring: Ring) -> None:
@@ -283,6 +287,9 @@ def test_runs_equal_one_process_and_survive_a_lost_member(ring: Ring) -> None:
     assert one["world"] == 1 and two["world"] == 2 and not two["lost"], two
     assert two["tokens"] == one["tokens"] and len(one["tokens"]) == 8
     assert two["text"] == one["text"] != ""  # the tokens as text, by the model's tokenizer
+    shown = ring.cli("ring", "run", MODEL, "-p", PROMPT, "-n", "8", "--connect", ring.addr("b"))
+    assert shown.returncode == 0 and shown.stdout.startswith(two["text"] + "\n"), shown.stdout
+    assert shown.stdout.count(two["text"]) == 1  # streamed, not printed again at the end
     line = one_line_error(ring.cli("ring", "run", MODEL, "-p", PROMPT, "-n", "2", "--chat",
                                    "--connect", ring.addr("a")))
     assert "no chat template" in line and "--chat" in line, line
@@ -313,10 +320,14 @@ def test_runs_equal_one_process_and_survive_a_lost_member(ring: Ring) -> None:
     sampling = {"seed": 5, "temperature": 1.0}
     reference = _run(ring, "solo", 30, **sampling)["tokens"]
     assert len(set(reference)) > 10
-    resumed = _run(ring, "a", 30, **sampling)
+    heard: list[dict[str, Any]] = []
+    resumed = _run(ring, "a", 30, heard, **sampling)
     assert [(e["lost"], e["at_token"]) for e in resumed["lost"]] == [("b", 19)], resumed
     assert [s["member"] for s in resumed["stages"]] == ["a", "c"]
     assert resumed["tokens"] == reference
+    # streamed as made, across the loss: each token once, in order, the text whole
+    assert [h["token"] for h in heard] == reference
+    assert "".join(h["text"] for h in heard) == resumed["text"] != ""
 
     # Again: c goes too, and a alone cannot hold the model: the error says what is missing.
     wait_for(lambda: ring.live("a") == {"c"}, 5, "a still lists b")
@@ -387,7 +398,7 @@ def test_a_member_that_cannot_time_keeps_the_estimate(monkeypatch: pytest.Monkey
         return {}
 
     answers = {"layer_s": 1e-6, "head_s": 1e-7, "depth": 16, "reps": 5}  # a: the fastest
-    servers = {mid: wire.Server(host, 0, {"time_layer": fn})
+    servers = {mid: wire.Server(host, 0, {"time_layer": fn}, key=RING_SECRET.encode())
                for mid, host, fn in (("a", "127.0.0.1", lambda _m, _c: dict(answers)),
                                      ("b", "127.0.0.2", refuse), ("c", "127.0.0.3", silent))}
     for s in servers.values():

@@ -25,7 +25,7 @@ from strata.ring.plan.links import Link, LinkProbeServer, measure_link, parse_li
 from strata.ring.plan.members import Member, capped, emulated, from_document
 from strata.ring.plan.partition import DRIVER_MS, HOP_MS, plan_ring
 from strata.ring.plan.types import RingPlan, size
-from tests.conftest import run_cli
+from tests.conftest import RING_SECRET, run_cli
 from tests.test_output_schema import SCHEMAS, check
 
 # -- hand arithmetic for the tiny presets (float32, src/strata/models/data/presets.json) -----
@@ -441,7 +441,8 @@ def test_cli_connect_plans_on_the_daemons_live_members(strata_home: Path) -> Non
     a, b = member("a", 500_000).to_dict(), member("b", 500_000).to_dict()
     status = {"self": a, "peers": [{"state": "live", "member": b},
                                    {"state": "lost", "member": {**b, "id": "gone"}}]}
-    server = Server("127.0.0.1", 0, {"status": lambda _msg, _chan: dict(status)})
+    server = Server("127.0.0.1", 0, {"status": lambda _msg, _chan: dict(status)},
+                    key=RING_SECRET.encode())
     server.serve_in_thread()
     try:
         code, text = cli("synthetic:tiny@f32", "--connect", f"127.0.0.1:{server.port}", "-c",

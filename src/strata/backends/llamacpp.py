@@ -471,16 +471,36 @@ def _vocab_model(path: Path) -> Iterator[Any]:
 def detokenize_gguf(path: Path, ids: list[int]) -> str:
     """`ids` as text by the GGUF's own vocabulary (special tokens left out), as llama.cpp's
     tools print generated tokens. Loads the vocabulary only."""
+    with gguf_decoder(path) as decode:
+        return decode(ids)
+
+
+@contextlib.contextmanager
+def gguf_decoder(path: Path) -> Iterator[Any]:
+    """A function ids -> text on the GGUF's vocabulary, loaded once for as many calls as a
+    stream of tokens needs (detokenize_gguf's arithmetic)."""
     with _vocab_model(path) as model:
         vocab = lc.llama_model_get_vocab(model)
-        tokens = (lc.llama_token * max(1, len(ids)))(*ids)
-        cap = 16 * len(ids) + 16
-        while True:
-            buf = ctypes.create_string_buffer(cap)
-            n = lc.llama_detokenize(vocab, tokens, len(ids), buf, cap, True, False)
-            if n >= 0:
-                return buf.raw[:n].decode("utf-8", errors="replace")
-            cap = -n  # too small: llama.cpp says how many bytes it needs
+
+        def decode(ids: list[int]) -> str:
+            tokens = (lc.llama_token * max(1, len(ids)))(*ids)
+            cap = 16 * len(ids) + 16
+            while True:
+                buf = ctypes.create_string_buffer(cap)
+                n = lc.llama_detokenize(vocab, tokens, len(ids), buf, cap, True, False)
+                if n >= 0:
+                    return buf.raw[:n].decode("utf-8", errors="replace")
+                cap = -n  # too small: llama.cpp says how many bytes it needs
+        yield decode
+
+
+def eog_ids_gguf(path: Path) -> frozenset[int]:
+    """The ids that end a generation for this vocabulary (EOS, EOT, <|im_end|>, ...), as
+    llama.cpp's llama_vocab_is_eog says."""
+    with _vocab_model(path) as model:
+        vocab = lc.llama_model_get_vocab(model)
+        return frozenset(i for i in range(lc.llama_vocab_n_tokens(vocab))
+                         if lc.llama_vocab_is_eog(vocab, i))
 
 
 def chat_prompt_gguf(path: Path, messages: list[tuple[str, str]]) -> str:

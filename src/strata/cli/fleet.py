@@ -6,6 +6,7 @@ The logic lives in strata.ring.control.fleet; this file parses, validates the be
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -15,6 +16,7 @@ from rich.table import Table
 from strata.cli import DbOption, app, check_positive, err, open_store, out
 from strata.cli.helptext import reflowed
 from strata.cli.output import FormatOption, JsonOption, output_format
+from strata.cli.ring import SECRET_HELP, use_secret
 from strata.errors import InputError
 from strata.ring.control.wire import DEFAULT_PORT
 from strata.views.output import emit
@@ -35,8 +37,9 @@ MD_COLUMNS = ("node", "hostname", "model_filename", "backend", "test", "avg_ts",
 @reflowed
 def bench(
     model: Annotated[str, typer.Argument(
-        metavar="MODEL", help="As `strata bench` takes it, resolved on each member: a "
-        "file path there, synthetic:<preset>, ollama:NAME, a URL.")],
+        metavar="MODEL", help="As `strata bench` takes it, resolved on each member: "
+        "synthetic:<preset>, or a file in the directories it serves (its `ring serve "
+        "--models`).")],
     bench_flags: Annotated[list[str] | None, typer.Argument(
         metavar="BENCH-FLAG", help="Any `strata bench` flag (-p, -n, -B, -r, -t, "
         "…), passed to every member as given.", show_default=False)] = None,
@@ -55,6 +58,9 @@ def bench(
     timeout: Annotated[float, typer.Option(
         "--timeout", metavar="SECONDS", help="Each member's bench is stopped past this "
         "(what finished is kept).")] = 3600.0,
+    secret_file: Annotated[Path | None, typer.Option(
+        "--secret-file", metavar="PATH", rich_help_panel=MEMBERS, help=SECRET_HELP,
+        show_default=False)] = None,
     fmt: FormatOption = None,
     json_out: JsonOption = False,
     db: DbOption = None,
@@ -82,6 +88,7 @@ def bench(
 
     chosen = output_format(fmt, json_out)
     check_positive("--timeout", timeout)
+    use_secret(secret_file)
     args = [model, *(bench_flags or [])]
     check_bench_flags(args)  # bad flags fail here, in one line, before any member is asked
     peer_list = [f"{h}:{p}" for h, p in parse_peers(peers)]

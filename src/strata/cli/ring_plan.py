@@ -17,7 +17,7 @@ import typer
 from strata.cli import DbOption, err, out
 from strata.cli.helptext import reflowed
 from strata.cli.output import FormatOption, JsonOption, output_format
-from strata.cli.ring import ring_app
+from strata.cli.ring import SECRET_HELP, ring_app, use_secret
 from strata.fit.plan import DEFAULT_CTX
 from strata.views.output import emit
 
@@ -41,8 +41,11 @@ def plan(
         "\"links\" in it are used too.", show_default=False)] = None,
     connect: Annotated[str | None, typer.Option(
         "--connect", metavar="HOST:PORT", rich_help_panel=MEMBERS,
-        help="Plan on the live members of the ring this daemon belongs to, with each "
-        "one's measured time per layer of MODEL.",
+        help="Plan on the live members of this daemon's ring, each with its own "
+        "measured time per layer of MODEL.",
+        show_default=False)] = None,
+    secret_file: Annotated[Path | None, typer.Option(
+        "--secret-file", metavar="PATH", rich_help_panel=MEMBERS, help=SECRET_HELP,
         show_default=False)] = None,
     mem_cap: Annotated[float | None, typer.Option(
         "--mem-cap", metavar="GIB", rich_help_panel=MEMBERS,
@@ -50,14 +53,14 @@ def plan(
         show_default=False)] = None,
     link: Annotated[str | None, typer.Option(
         "--link", metavar="RTT_MS:MB/S", rich_help_panel=MEMBERS,
-        help="Round trip and bandwidth of every link not measured (e.g. gigabit "
-        "Ethernet: 0.3:110).", show_default=False)] = None,
+        help="Round trip and bandwidth of each link not measured; gigabit Ethernet "
+        "is about 0.3:110.", show_default=False)] = None,
     ctx: Annotated[int | None, typer.Option(
         "--ctx", "-c", help=f"Context per sequence, in tokens (default {DEFAULT_CTX}).",
         show_default=False)] = None,
     ops: Annotated[str, typer.Option(
         "--ops", help="How the members' stages compute (strata ring serve --ops): lab holds "
-        "the weights as stored in the file, torch dequantises them to float32.")] = "lab",
+        "the weights as stored in the file; torch dequantises them to float32 first.")] = "lab",
     fmt: FormatOption = None,
     json_out: JsonOption = False,
     db: DbOption = None,
@@ -82,6 +85,7 @@ def plan(
     from strata.views.ring_plan import MD_FIELDS, print_plan
 
     chosen = output_format(fmt, json_out)
+    use_secret(secret_file)
     result = ring_plan(PlanOptions(model, node or [], members_file or [], connect=connect,
                                    mem_cap=mem_cap, link=link, ctx=ctx, ops=ops, db=db), err)
     emit(out, chosen, result.records(), document=result.to_json(), md_columns=MD_FIELDS,

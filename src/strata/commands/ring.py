@@ -52,10 +52,13 @@ class ServeOptions:
     ops: str = "lab"
     mem_cap: float | None = None  # GiB
     threads: str | None = None  # a whole number (bench's -t takes lists; this one, one)
-    host: str = "0.0.0.0"
+    host: str | None = None  # None: the address mDNS advertises, and loopback
     mdns: bool = True
     timeout: float = 3.0
     db: Path | None = None
+    models: list[Path] | None = None  # what peers may name (default: the current directory)
+    secret_file: Path | None = None
+    api: int | None = None  # the OpenAI-compatible endpoint's port
     version_as: str | None = None  # test hook: pretend another strata version
     die_at: int | None = None  # test hook: crash mid-generation
 
@@ -65,25 +68,40 @@ def serve(options: ServeOptions, log: Callable[[str], None],
     """Run a ring node until SIGTERM or SIGINT: the flags are checked first, then the port is
     bound (one in use fails in one line before the host is probed), then the node joins the
     members it finds; `started(node)` once it serves. Returns after the node said bye."""
-    node, sock = _node(options, log)
+    node, socks = _node(options, log)
     # Before start: registering with mDNS takes a second or two, and a SIGTERM meanwhile
     # must still end in a clean stop.
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: node.stopped.set())
-    node.start(sock)
+    node.start(socks[0], socks[1:])
+    api = _start_api(node, options, log)
     started(node)
     try:
         while not node.stopped.wait(0.5):
             pass
     finally:
+        if api is not None:
+            api.stop()
         node.stopped.clear()  # stop() says bye only once; it sets the event again
         node.stop()
 
 
-def _node(o: ServeOptions, log: Callable[[str], None]) -> tuple[Node, socket.socket]:
+def _start_api(node: Node, o: ServeOptions, log: Callable[[str], None]) -> Any:
+    """`--api PORT`: the OpenAI-compatible endpoint on this member, the ring secret as its
+    bearer token, on the addresses the control port listens on."""
+    if o.api is None:
+        return None
+    from strata.ring.control.api import start_api
+
+    return start_api(node, node.config.host, o.api, node.config.secret.decode(), log)
+
+
+def _node(o: ServeOptions, log: Callable[[str], None]) -> tuple[Node, list[socket.socket]]:
     from strata.engine.ops import names as ops_names
+    from strata.ring.control import auth
+    from strata.ring.control.models import ModelDirs
     from strata.ring.control.node import Node, NodeConfig
-    from strata.ring.control.wire import bind, parse_peers
+    from strata.ring.control.wire import parse_peers
 
     _positive("--timeout", o.timeout)
     if o.ops not in ops_names():
@@ -95,19 +113,45 @@ def _node(o: ServeOptions, log: Callable[[str], None]) -> tuple[Node, socket.soc
         if not o.threads.strip().isdigit() or int(o.threads) < 1:
             raise InputError(f"--threads {o.threads}: give a whole number of threads >= 1")
         threads = int(o.threads)
-    config = NodeConfig(name=o.name or _default_name(o.port), host=o.host, port=o.port,
+    if o.api is not None and not 0 < o.api < 65536:
+        raise InputError(f"--api {o.api}: give a TCP port 1-65535")
+    models = ModelDirs.of(o.models)
+    secret = auth.load(o.secret_file, create=True)
+    host = o.host if o.host is not None else _advertised("")
+    config = NodeConfig(name=o.name or _default_name(o.port), host=host, port=o.port,
                         peers=parse_peers(o.peers), device=o.device, ops=o.ops, mdns=o.mdns,
                         mem_cap_bytes=None if o.mem_cap is None else int(o.mem_cap * GiB),
                         heartbeat_s=o.timeout / 6, timeout_s=o.timeout, db=o.db,
-                        threads=threads)
+                        threads=threads, secret=secret.key, models=models)
     # The port first: one that is in use fails in one line before the host is probed.
-    sock = bind(o.host, o.port)
+    socks = _listen(o.host, host, o.port)
+    auth.use(secret)  # this daemon's own connections prove the same secret
+    if secret.created:
+        log(f"ring secret: generated {secret.source} (mode 600): {secret.key.decode()} — "
+            f"give every other member and client the same one ({auth.ENV}=… or "
+            "--secret-file)")
     if o.version_as:
         config.version = o.version_as
     config.die_at = o.die_at
-    member = Member.local(o.device, name=config.name, host=_advertised(o.host), port=o.port,
+    member = Member.local(o.device, name=config.name, host=_advertised(host), port=o.port,
                           mem_cap_bytes=config.mem_cap_bytes, conn=_store(o.db))
-    return Node(config, member, log=log), sock
+    return Node(config, member, log=log), socks
+
+
+def _listen(given: str | None, host: str, port: int) -> list[socket.socket]:
+    """The control port's sockets: on `host`, and on loopback too when no --host was given
+    (the CLI on this machine reaches its daemon at 127.0.0.1; other machines at the address
+    mDNS advertises; no other interface — a container bridge, a VPN — listens)."""
+    from strata.ring.control.wire import bind
+
+    first = bind(host, port)
+    if given is not None or host.startswith("127."):
+        return [first]
+    try:
+        return [first, bind("127.0.0.1", first.getsockname()[1])]
+    except InputError:
+        first.close()
+        raise
 
 
 def _default_name(port: int) -> str:
@@ -123,10 +167,12 @@ def _advertised(host: str) -> str:
 
 # -- status, run --------------------------------------------------------------------------
 
-def _ask(connect: str, msg: dict[str, Any], timeout: float) -> dict[str, Any]:
+def _ask(connect: str, msg: dict[str, Any], timeout: float,
+         on_progress: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
     from strata.ring.control.wire import parse_addr, request
 
-    reply = request(*parse_addr(connect), msg, timeout_s=timeout, connect_timeout_s=timeout)
+    reply = request(*parse_addr(connect), msg, timeout_s=timeout, connect_timeout_s=timeout,
+                    on_progress=on_progress)
     reply.pop("ok", None)
     return reply
 
@@ -138,16 +184,21 @@ def status(connect: str, timeout: float) -> dict[str, Any]:
 
 
 def run(model: str, prompt: str, n_predict: str, seed: int | None, temperature: float,
-        connect: str, timeout: float, chat: bool = False) -> dict[str, Any]:
+        connect: str, timeout: float, chat: bool = False,
+        on_text: Callable[[str], None] | None = None) -> dict[str, Any]:
     """`strata ring run`: one generation across the ring, asked of the daemon at `connect`
-    (it passes the request to the leader)."""
+    (it passes the request to the leader); `on_text` hears the text as it is generated.
+    Under `chat` the reply ends at the model's end-of-turn token."""
     _positive("--timeout", timeout)
     if not n_predict.isdigit() or int(n_predict) < 1:
         raise InputError(f"-n {n_predict}: give a whole number of tokens >= 1")
     if temperature < 0:
         raise InputError(f"--temperature {temperature}: must be >= 0")
-    return _ask(connect, {"op": "run", "model": model, "prompt": prompt, "n": int(n_predict),
-                          "seed": seed, "temperature": temperature, "chat": chat}, timeout)
+    msg = {"op": "run", "model": model, "prompt": prompt, "n": int(n_predict), "seed": seed,
+           "temperature": temperature, "chat": chat, "stop_eog": chat,
+           "stream": on_text is not None}
+    return _ask(connect, msg, timeout, None if on_text is None else
+                lambda piece: on_text(str(piece.get("text", ""))))
 
 
 # -- plan ---------------------------------------------------------------------------------

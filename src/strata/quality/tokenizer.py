@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import contextlib
 import io
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +29,7 @@ from strata.models.source import ResolvedModel
 
 # A Hugging Face directory holds at least one of these when it carries a tokenizer.
 HF_TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer_config.json")
+Decode = Callable[[list[int]], str]
 GGUF_SYNTHETIC_KEY = "strata.synthetic"  # written by strata's synthetic GGUF writer
 HF_SYNTHETIC_KEY = "strata_synthetic"  # ... and into the synthetic config.json
 
@@ -131,10 +132,12 @@ def _gguf(model: ResolvedModel, text: str) -> Tokens:
     return Tokens.of_text(ids, bos, f"llama.cpp tokenizer of {path.name}")
 
 
-def _gguf_text(model: ResolvedModel, ids: list[int]) -> str:
-    from strata.backends.llamacpp import detokenize_gguf
+@contextlib.contextmanager
+def _gguf_decoder(model: ResolvedModel) -> Iterator[Decode]:
+    from strata.backends.llamacpp import gguf_decoder
 
-    return detokenize_gguf(model.path("gguf", "llamacpp"), ids)
+    with gguf_decoder(model.path("gguf", "llamacpp")) as decode:
+        yield decode
 
 
 # -- Hugging Face ------------------------------------------------------------------------
@@ -155,9 +158,10 @@ def _hf(model: ResolvedModel, text: str) -> Tokens:
                           f"transformers tokenizer of {folder.name} ({type(tok).__name__})")
 
 
-def _hf_text(model: ResolvedModel, ids: list[int]) -> str:
-    folder = model.path("hf", "torch")
-    return str(_auto_tokenizer(model, folder).decode(ids, skip_special_tokens=True))
+@contextlib.contextmanager
+def _hf_decoder(model: ResolvedModel) -> Iterator[Decode]:
+    tok = _auto_tokenizer(model, model.path("hf", "torch"))
+    yield lambda ids: str(tok.decode(ids, skip_special_tokens=True))
 
 
 def _auto_tokenizer(model: ResolvedModel, folder: Path):  # -> transformers tokenizer
@@ -174,32 +178,40 @@ def _auto_tokenizer(model: ResolvedModel, folder: Path):  # -> transformers toke
 # -- registry ----------------------------------------------------------------------------
 
 
+@contextlib.contextmanager
+def _synthetic_decoder(model: ResolvedModel) -> Iterator[Decode]:
+    yield lambda ids: _synthetic_text(model, ids)
+
+
 @dataclass(frozen=True)
 class Scheme:
     name: str
     applies: Callable[[ResolvedModel], bool]
     tokenize: Callable[[ResolvedModel, str], Tokens]
-    detokenize: Callable[[ResolvedModel, list[int]], str]
+    # ids -> text, its vocabulary loaded once for every call made inside the `with`
+    decoder: Callable[[ResolvedModel], contextlib.AbstractContextManager[Decode]]
 
 
 # First scheme that applies wins: synthetic before the file formats it also has.
 SCHEMES: list[Scheme] = [
-    Scheme("synthetic", is_synthetic, _synthetic, _synthetic_text),
-    Scheme("gguf", lambda m: "gguf" in m.artefacts, _gguf, _gguf_text),
-    Scheme("hf", lambda m: "hf" in m.artefacts, _hf, _hf_text),
+    Scheme("synthetic", is_synthetic, _synthetic, _synthetic_decoder),
+    Scheme("gguf", lambda m: "gguf" in m.artefacts, _gguf, _gguf_decoder),
+    Scheme("hf", lambda m: "hf" in m.artefacts, _hf, _hf_decoder),
 ]
 
 
-def chat_tokens(model: ResolvedModel, text: str) -> Tokens:
-    """`text` as one user turn formatted by the model's chat template (a GGUF's, through
-    llama.cpp), tokenised with the template's special tokens parsed."""
+def chat_tokens(model: ResolvedModel, text: str | list[tuple[str, str]]) -> Tokens:
+    """`text` as one user turn (or a conversation of (role, content) turns) formatted by the
+    model's chat template (a GGUF's, through llama.cpp), the reply's start included,
+    tokenised with the template's special tokens parsed."""
     if "gguf" not in model.artefacts and model.kind != "synthetic":
         raise InputError(f"MODEL {model.ref}: --chat needs a GGUF with a chat template "
                          "(tokenizer.chat_template)")
     from strata.backends.llamacpp import chat_prompt_gguf, tokenize_gguf
 
     path = model.path("gguf", "llamacpp")
-    formatted = chat_prompt_gguf(path, [("user", text)])
+    turns = [("user", text)] if isinstance(text, str) else text
+    formatted = chat_prompt_gguf(path, turns)
     ids, bos = tokenize_gguf(path, formatted, special=True)
     if bos is not None and ids[:1] == [bos]:  # the template wrote BOS itself
         bos = None
@@ -207,12 +219,52 @@ def chat_tokens(model: ResolvedModel, text: str) -> Tokens:
                                     "tokenizer with special tokens parsed")
 
 
-def detokenize(model: ResolvedModel, ids: list[int]) -> str:
-    """Generated `ids` as text, by the same scheme `tokenize` reads the model's text with."""
+def decoder(model: ResolvedModel) -> contextlib.AbstractContextManager[Decode]:
+    """ids -> text by the same scheme `tokenize` reads the model's text with, its vocabulary
+    loaded once for the `with` block (a stream decodes after every token)."""
     for scheme in SCHEMES:
         if scheme.applies(model):
-            return scheme.detokenize(model, ids)
+            return scheme.decoder(model)
     raise InputError(f"MODEL {model.ref}: no tokenizer to turn its tokens into text")
+
+
+def detokenize(model: ResolvedModel, ids: list[int]) -> str:
+    """Generated `ids` as text, by the same scheme `tokenize` reads the model's text with."""
+    with decoder(model) as decode:
+        return decode(ids)
+
+
+def end_ids(model: ResolvedModel) -> frozenset[int]:
+    """The ids that end a generation (llama.cpp's end-of-generation set for a GGUF; EOS for
+    strata's synthetic vocabulary and a Hugging Face config's eos_token_id)."""
+    if is_synthetic(model):
+        from strata.models.synthetic import EOS_ID
+
+        return frozenset({EOS_ID})
+    if "gguf" in model.artefacts:
+        from strata.backends.llamacpp import eog_ids_gguf
+
+        return eog_ids_gguf(model.path("gguf", "llamacpp"))
+    tok = _auto_tokenizer(model, model.path("hf", "torch"))
+    return frozenset({tok.eos_token_id} if tok.eos_token_id is not None else ())
+
+
+@dataclass
+class TextStream:
+    """Generated tokens as text while they come: each push gives the text the new token
+    completes (nothing while a UTF-8 character is still cut, as llama-cli holds it)."""
+
+    decode: Decode
+    ids: list[int] = field(default_factory=list)
+    shown: int = 0  # characters given out so far
+
+    def push(self, token: int) -> str:
+        self.ids.append(token)
+        text = self.decode(self.ids)
+        if text.endswith("\ufffd"):  # a multi-byte character not complete yet
+            return ""
+        piece, self.shown = text[self.shown:], len(text)
+        return piece
 
 
 def tokenize(model: ResolvedModel, text: str) -> Tokens:

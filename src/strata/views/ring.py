@@ -111,9 +111,10 @@ def run_record(reply: dict[str, Any]) -> dict[str, Any]:
             "tokens": " ".join(str(t) for t in reply["tokens"]), "text": reply.get("text")}
 
 
-def run_table(reply: dict[str, Any], out: Any) -> None:
+def run_table(reply: dict[str, Any], out: Any, text_shown: bool = False) -> None:
+    """The reply's text (unless it was streamed already), tokens and timings."""
     rec = run_record(reply)
-    if reply.get("text") is not None:
+    if reply.get("text") is not None and not text_shown:
         out.print(plain(reply["text"]))
     out.print(plain(f"tokens: {rec['tokens']}"))
     tps = "—" if rec["decode_tps"] is None else f"{rec['decode_tps']:.1f} t/s"

@@ -57,7 +57,7 @@ def handlers(node: Any, db: Path | None = None) -> dict[str, wire.Handler]:
     from strata.paths import default_db_path
 
     db = db or getattr(getattr(node, "config", None), "db", None) or default_db_path()
-    bench = MemberBench(str(node.member.id), Path(db))
+    bench = MemberBench(str(node.member.id), Path(db), node.model_ref)
     return {"bench": bench.handle}
 
 
@@ -68,10 +68,13 @@ class MemberBench:
 
     member_id: str
     db: Path
+    ref: Callable[[str], str]  # a model name -> this member's file (node.model_ref)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def handle(self, msg: Message, chan: Channel) -> Message:
         args = bench_args(msg.get("args"))
+        names = set(bench_models(args))  # the node vetted them; here they become local
+        args = [self.ref(a) if a in names else a for a in args]
         timeout_s = float(msg.get("timeout_s") or BENCH_TIMEOUT_S)
         if not self.lock.acquire(blocking=False):
             raise InputError(f"{self.member_id}: busy with another fleet bench; try again "
@@ -112,6 +115,23 @@ def bench_args(raw: Any) -> list[str]:
         raise InputError(f"{named[0].split('=', 1)[0]}: not a fleet bench flag (each member "
                          "uses its own results DB)")
     return list(raw)
+
+
+def bench_models(raw: Any) -> list[str]:
+    """The MODEL arguments (positional and -m) of a fleet bench's argv, as `strata bench`
+    parses them: every one is a name the member must serve (node.vet)."""
+    import typer.main
+
+    from strata.cli import app
+
+    args = bench_args(raw)
+    bench = typer.main.get_command(app).commands["bench"]  # type: ignore[attr-defined]
+    try:
+        ctx = bench.make_context("bench", list(args), resilient_parsing=True)
+    except Exception as exc:  # click's usage errors: the member's bench would fail too
+        raise InputError(f"bench: {exc}") from None
+    found = [*(ctx.params.get("models") or []), *(ctx.params.get("model_opt") or [])]
+    return [str(m) for m in found]
 
 
 def run_until(argv: list[str], timeout_s: float,

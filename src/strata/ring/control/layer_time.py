@@ -140,7 +140,7 @@ class LayerTimer:
         return {"time_layer": self.time_layer, "layer_times": self.layer_times}
 
     def time_layer(self, msg: Message, chan: Channel) -> Message:
-        model = str(msg["model"])
+        model = self.node.model_ref(str(msg["model"]))
         digest = self.node.stages._hash(model)  # the same file, the same time: key by it
         with self.lock:  # one timing at a time: two at once would time each other
             if digest not in self.own:

@@ -10,32 +10,80 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Callable
 from typing import Any
 
 from strata.errors import InputError
 from strata.ring.control.orders import model_hash, reach_of, send_order
 from strata.ring.control.wire import Message, PeerError, Refused
 
+Piece = Callable[[Message], None]  # {"token": id, "text": what it completes}
 MAX_REPLANS = 4  # members lost in one request before the leader gives up
 REPLAN_GAIN = 0.2  # a joining member moves a running model only for > 20% predicted gain
 ORDER_TIMEOUT_S = 30.0  # an assign loads nothing but a hash: a member slower is hung
 DRIVE_SILENCE_S = 30.0  # the driver says "pending" every second: this much silence is a hang
 
 
-def lead(node: Any, msg: Message) -> Message:
-    from strata.models.source import resolve
-    from strata.quality.tokenizer import chat_tokens, detokenize, tokenize
+def lead(node: Any, msg: Message, on_piece: Piece | None = None) -> Message:
+    """One request, start to end: `on_piece` hears each token with the text it completes
+    as the driver chooses it (a member lost mid-way: the replayed tokens are not heard
+    twice)."""
+    from strata.quality.tokenizer import TextStream, decoder, end_ids
 
     model, n = str(msg["model"]), int(msg["n"])
     if n < 1:
         raise InputError(f"-n {n}: generate at least one token")
-    read = chat_tokens if msg.get("chat") else tokenize  # --chat: the GGUF's chat template
-    prompt = [int(t) for t in msg.get("prompt_ids") or
-              read(resolve(model), str(msg.get("prompt", ""))).ids]
-    if not prompt:
+    from strata.models.source import resolve
+
+    resolved = resolve(node.model_ref(model))
+    prompt = _prompt(resolved, msg)
+    stop = end_ids(resolved) if msg.get("stop_eog") else frozenset()
+    with decoder(resolved) as decode:
+        stream = TextStream(decode)
+        tokens: list[int] = []  # every token the driver told so far, in order
+
+        def heard(progress: Message) -> None:
+            if "token" not in progress:
+                return
+            token = int(progress["token"])
+            tokens.append(token)
+            if on_piece is not None:
+                on_piece({"token": token, "text": stream.push(token)})
+
+        answer = _generate(node, msg, model, prompt, n, stop, tokens, heard)
+        answer["text"] = decode(list(answer["tokens"]))
+    answer["finish"] = "stop" if answer["tokens"][-1:] and answer["tokens"][-1] in stop \
+        else "length"
+    return answer
+
+
+def _prompt(model: Any, msg: Message) -> list[int]:
+    """The request's prompt ids: given as ids, as a conversation (`messages`, through the
+    chat template), as one user turn (`chat`), or as plain text."""
+    from strata.quality.tokenizer import chat_tokens, tokenize
+
+    if msg.get("prompt_ids"):
+        return [int(t) for t in msg["prompt_ids"]]
+    if msg.get("messages") is not None:
+        turns = msg["messages"]
+        if not isinstance(turns, list) or not turns or not all(
+                isinstance(t, dict) and isinstance(t.get("content"), str) for t in turns):
+            raise InputError("messages: give a non-empty list of {role, content} turns")
+        ids = chat_tokens(model, [(str(t.get("role", "user")), t["content"]) for t in turns])
+    else:
+        read = chat_tokens if msg.get("chat") else tokenize  # --chat: the chat template
+        ids = read(model, str(msg.get("prompt", "")))
+    if not len(ids):
         raise InputError("-p: the prompt is empty")
-    digest = model_hash(model)
-    tokens: list[int] = []
+    return [int(t) for t in ids.ids]
+
+
+def _generate(node: Any, msg: Message, model: str, prompt: list[int], n: int,
+              stop: frozenset[int], tokens: list[int],
+              heard: Callable[[Message], None]) -> Message:
+    """Plan, drive, and on a lost member plan again over the rest and resume from `tokens`
+    (what the driver told so far, filled by `heard`)."""
+    digest = model_hash(node.model_ref(model))
     lost: set[str] = set()
     events: list[dict[str, Any]] = []
     segments: list[dict[str, Any]] = []
@@ -52,19 +100,18 @@ def lead(node: Any, msg: Message) -> Message:
             epoch = formed["epoch"]
         node.ring_now = None  # until this request succeeds on it
         rank0 = plan.stages[0].member
-        reply = _assign_and_drive(node, plan, epoch, model, digest, prompt, n, msg, tokens,
-                                  fresh)
+        drive = {"op": "drive", "epoch": epoch, "prompt": prompt, "n": n,
+                 "seed": msg.get("seed"), "temperature": msg.get("temperature", 0.0),
+                 "tokens": list(tokens), "stop_ids": sorted(stop)}
+        reply = _assign_and_drive(node, plan, epoch, model, digest, drive, msg, fresh, heard)
         if reply.get("stale"):  # rank 0 no longer holds the epoch (restarted?): form anew
             continue
         if "result" in reply:
             node.ring_now = {"model": model, "layout": layout, "epoch": epoch}
             segments.append({"epoch": epoch, "plan": _stages(plan), **reply["result"]})
-            answer = _answer(model, prompt, reply["result"], plan, segments, events,
-                             time.perf_counter() - t_start)
-            answer["text"] = detokenize(resolve(model), list(answer["tokens"]))
-            return answer
+            return _answer(model, prompt, reply["result"], plan, segments, events,
+                           time.perf_counter() - t_start)
         who = reply.get("member") or plan.stages[int(reply["lost"])].member
-        tokens = list(reply.get("tokens") or tokens)
         events.append({"epoch": epoch, "lost": who, "at_token": len(tokens),
                        "detect_s": reply.get("detect_s"), "reason": reply.get("reason"),
                        "driver": rank0})
@@ -88,8 +135,9 @@ def _plan(node: Any, model: str, ctx: int, lost: set[str]) -> Any:
     # cannot answer keeps the bandwidth x η estimate, and the plan's notes say so
     timer = getattr(node, "layer_timer", None)
     times, missing = timer.gather(model, members) if timer is not None else ({}, {})
+    ref = node.model_ref(model)  # this node's copy: the plan reads its shapes and sizes
     try:
-        plan = plan_ring(model, members, ctx, links, measured=times)
+        plan = plan_ring(ref, members, ctx, links, measured=times)
     except InputError as exc:
         if not lost:
             raise
@@ -98,7 +146,7 @@ def _plan(node: Any, model: str, ctx: int, lost: set[str]) -> Any:
     ids = {m.id for m in members}
     if last and set(last) <= ids and set(last) != {s.member for s in plan.stages}:
         try:
-            kept = plan_ring(model, [m for m in members if m.id in last], ctx, links,
+            kept = plan_ring(ref, [m for m in members if m.id in last], ctx, links,
                              measured=times)
         except InputError:
             kept = None  # the old members cannot hold this request's context: move
@@ -148,11 +196,11 @@ def _release(node: Any, formed: dict[str, Any] | None) -> None:
 
 
 def _assign_and_drive(node: Any, plan: Any, epoch: int, model: str, digest: str,
-                      prompt: list[int], n: int, msg: Message, tokens: list[int],
-                      fresh: bool) -> Message:
-    """The epoch's orders (a new epoch only), then the generation; a member lost on the way
-    is reported as {"lost": rank, "member": id}. A refusal (another model file) fails the
-    run."""
+                      drive: Message, msg: Message, fresh: bool,
+                      heard: Callable[[Message], None]) -> Message:
+    """The epoch's orders (a new epoch only), then the generation (`drive`, whose tokens go
+    to `heard` as they come); a member lost on the way is reported as {"lost": rank,
+    "member": id}. A refusal (another model file) fails the run."""
     by_id = {node.member.id: node.member,
              **{p.id: p.member for p in node.live() if p.id}}
     # Orders go where this node's link reaches each member; the rendezvous is announced at
@@ -173,21 +221,17 @@ def _assign_and_drive(node: Any, plan: Any, epoch: int, model: str, digest: str,
         except Refused as exc:  # alive and saying no (another model file): no re-plan helps
             raise InputError(f"member {stage.member} refused: {exc}") from None
         except PeerError as exc:
-            return {"lost": rank, "member": stage.member, "tokens": tokens,
-                    "reason": str(exc)}
+            return {"lost": rank, "member": stage.member, "reason": str(exc)}
         if rank == 0:
             order["port"] = reply["store_port"]
     try:
-        return send_order(reach[stages[0].member],
-                          {"op": "drive", "epoch": epoch, "prompt": prompt, "n": n,
-                           "seed": msg.get("seed"), "temperature": msg.get("temperature", 0.0),
-                           "tokens": tokens}, DRIVE_SILENCE_S)
+        return send_order(reach[stages[0].member], drive, DRIVE_SILENCE_S, heard)
     except Refused as exc:  # e.g. a stage that cannot load: what it says is the error
         if not fresh and "holds no rank 0 order" in str(exc):
             return {"stale": True}
         raise InputError(f"member {stages[0].member} (rank 0): {exc}") from None
     except PeerError as exc:  # the driver itself went away: start its share elsewhere
-        return {"lost": 0, "member": stages[0].member, "tokens": tokens, "reason": str(exc)}
+        return {"lost": 0, "member": stages[0].member, "reason": str(exc)}
 
 
 def _addr(member: Any) -> tuple[str, int]:

@@ -26,6 +26,7 @@ from strata import __version__
 from strata.errors import InputError
 from strata.ring.control import wire
 from strata.ring.control.discovery import Advert, Zeroconf
+from strata.ring.control.models import ModelDirs
 from strata.ring.control.runner import StageHost
 from strata.ring.control.wire import Channel, Message, PeerError
 
@@ -50,6 +51,8 @@ class NodeConfig:
     version: str = __version__  # what hello announces (a test may pretend another)
     die_at: int | None = None  # test hook: crash at this activation message of a run
     db: Path | None = None  # results DB (serve --db): roofline and η here, fleet's benches
+    secret: bytes = b""  # the ring secret every connection proves (strata.ring.control.auth)
+    models: ModelDirs | None = None  # what this member serves (default: the current directory)
 
 
 @dataclass
@@ -99,12 +102,17 @@ class Node:
         self.handlers.update(layer_time.handlers(self))
 
     # --- life cycle -------------------------------------------------------------------
-    def start(self, sock: socket.socket | None = None) -> None:
+    def start(self, sock: socket.socket | None = None,
+              extra: list[socket.socket] | None = None) -> None:
         """`sock`: the control port, bound already (wire.bind) so that a port in use is
-        reported before the host is probed."""
+        reported before the host is probed; `extra`: the same port on more addresses."""
+        if not self.config.secret:
+            raise InputError("a ring node needs a secret (strata.ring.control.auth)")
         self.server = wire.Server(self.config.host, self.config.port, self.handlers,
-                                     idle_timeout_s=max(30.0, 4 * self.config.timeout_s),
-                                     sock=sock)
+                                  key=self.config.secret,
+                                  idle_timeout_s=max(30.0, 4 * self.config.timeout_s),
+                                  sock=sock, extra=list(extra or []), vet=self.vet,
+                                  log=self.log)
         self.member.port = self.config.port = self.server.port
         self.server.serve_in_thread()
         for addr in self.config.peers:
@@ -196,6 +204,31 @@ class Node:
 
     def peer_by_id(self, member_id: str) -> PeerState | None:
         return next((p for p in self.live() if p.id == member_id), None)
+
+    # --- what peers may name ------------------------------------------------------------
+    @property
+    def models(self) -> ModelDirs:
+        if self.config.models is None:
+            self.config.models = ModelDirs.of(None)
+        return self.config.models
+
+    def model_ref(self, name: str) -> str:
+        """The local file (or preset) a peer's model name stands for, if served here."""
+        return self.models.ref(name)
+
+    def list_models(self) -> list[str]:
+        return self.models.names()
+
+    def vet(self, msg: Message) -> None:
+        """Every request that names a model is checked here, before its handler runs: a
+        model outside --models is refused with nothing opened and no work started."""
+        if "model" in msg:
+            self.model_ref(str(msg["model"]))
+        if msg.get("op") == "bench":
+            from strata.ring.control.fleet import bench_models
+
+            for name in bench_models(msg.get("args")):
+                self.model_ref(name)
 
     # --- handlers ---------------------------------------------------------------------
     def check_hello(self, msg: Message) -> None:
@@ -295,6 +328,9 @@ class Link:
             wait = self.RETRY_S
             try:
                 chan = wire.connect(*self.addr, timeout_s=cfg.timeout_s)
+            except wire.Refused as exc:  # another ring's secret: it will not change soon
+                self.node.transition(self.peer, "refused", str(exc).split(": ", 1)[-1])
+                wait = self.REFUSED_RETRY_S
             except PeerError as exc:
                 self.node.transition(self.peer, "unreachable", str(exc).split(": ", 1)[-1])
             else:

@@ -35,9 +35,11 @@ def model_hash(model_ref: str) -> str:
     return h.hexdigest()[:16]
 
 
-def send_order(addr: tuple[str, int], msg: Message, timeout_s: float) -> Message:
+def send_order(addr: tuple[str, int], msg: Message, timeout_s: float,
+               on_progress: wire.Progress | None = None) -> Message:
     """An order to a member; a member that cannot be reached is a PeerError."""
-    return wire.request(*addr, msg, timeout_s=timeout_s, connect_timeout_s=timeout_s)
+    return wire.request(*addr, msg, timeout_s=timeout_s, connect_timeout_s=timeout_s,
+                        on_progress=on_progress)
 
 
 def reach_of(node: Any) -> dict[str, tuple[str, int]]:

@@ -25,7 +25,7 @@ from typing import Any
 
 from strata.errors import InputError
 from strata.ring.control import wire
-from strata.ring.control.leader import lead
+from strata.ring.control.leader import Piece, lead
 from strata.ring.control.orders import model_hash
 from strata.ring.control.wire import Channel, Message
 
@@ -63,7 +63,7 @@ class StageHost:
 
     def assign(self, msg: Message, chan: Channel) -> Message:
         """The leader's order for an epoch: refuse another model, else take the share."""
-        mine = self._hash(msg["model"])
+        mine = self._hash(self.node.model_ref(msg["model"]))
         if msg.get("model_hash") != mine:
             raise InputError(f"model {msg['model']} differs here (hash {mine}, the leader's "
                              f"{msg.get('model_hash')}): give every node the same file")
@@ -116,8 +116,10 @@ class StageHost:
         try:
             group = self.group = form_group(order["master"], order["port"], order["rank"],
                                             order["world"], order["epoch"], FORM_TIMEOUT_S,
-                                            order.get("op_timeout_s"))
-            self.stage = serve_stage(group, mine, order["model"], self.stage,
+                                            order.get("op_timeout_s"),
+                                            self.node.config.secret)
+            self.stage = serve_stage(group, mine, self.node.model_ref(order["model"]),
+                                     self.stage,
                                      self.node.config.mem_cap_bytes, self._die_hook(),
                                      device=self.node.config.device,
                                      ops=self.node.config.ops)
@@ -174,20 +176,27 @@ class StageHost:
             if driver is None or driver.group.epoch != order["epoch"]:
                 self.release({}, None)
                 group = form_group(order["master"], self.store_port or 0, 0, order["world"],
-                                   order["epoch"], FORM_TIMEOUT_S, order.get("op_timeout_s"))
-                driver = Driver(group, assignments, order["model"], self.stage,
+                                   order["epoch"], FORM_TIMEOUT_S, order.get("op_timeout_s"),
+                                   self.node.config.secret)
+                driver = Driver(group, assignments, self.node.model_ref(order["model"]),
+                                self.stage,
                                 self.node.config.mem_cap_bytes, device=self.node.config.device,
                                 ops=self.node.config.ops)
                 self.driver, self.stage = driver, driver.stage
             formed_s = time.perf_counter() - t0
             prompt, n = list(msg["prompt"]), int(msg["n"])
             seed, temp = msg.get("seed"), float(msg.get("temperature", 0.0))
+            stop = frozenset(int(t) for t in msg.get("stop_ids") or ())
+
+            def told(token: int) -> None:  # the leader streams it and resumes from them
+                chan.send({"pending": True, "token": token})
             if msg.get("tokens"):  # a resumption: the caches are rebuilt from known tokens
                 state = RequestState(1, prompt, n, seed, temp, False,
-                                     tokens=list(msg["tokens"]), start=time.perf_counter())
+                                     tokens=list(msg["tokens"]), start=time.perf_counter(),
+                                     stop_ids=stop, on_token=told)
                 result = driver.resume(driver.group, assignments, state=state)
             else:
-                result = driver.generate(prompt, n, seed, temp)
+                result = driver.generate(prompt, n, seed, temp, stop_ids=stop, on_token=told)
         except PeerLost as lost:  # the driver has closed the group: the epoch is over
             self.driver = None
             tokens = list(driver.state.tokens) if driver and driver.state else []
@@ -199,14 +208,29 @@ class StageHost:
         return {"result": _plain(result), "formed_s": formed_s}
 
     def run(self, msg: Message, chan: Channel) -> Message:
+        """A client's request; with "stream", each token and its text reach it as pending
+        messages while the generation goes on."""
+        def tell(piece: Message) -> None:
+            chan.send({"pending": True, **piece})
+        return self.generate(msg, tell if msg.get("stream") else None)
+
+    def generate(self, msg: Message, on_piece: Piece | None = None) -> Message:
+        """One generation across the ring (the `run` request's fields), asked of the leader:
+        `on_piece` hears {"token", "text"} per token as it is chosen."""
         leader = self.node.leader()
         if leader != self.node.member.id:  # one leader plans; the others pass it on
             peer = self.node.peer_by_id(leader)
             if peer is None:
                 raise InputError(f"leader {leader} is not reachable from {self.node.member.id}")
-            return wire.request(*peer.addr, msg, timeout_s=30.0)  # silence, not total
+            forward = {**msg, "op": "run", "stream": on_piece is not None}
+            reply = wire.request(*peer.addr, forward, timeout_s=30.0,  # silence, not total
+                                 on_progress=None if on_piece is None else
+                                 lambda m: on_piece({k: v for k, v in m.items()
+                                                     if k != "pending"}))
+            reply.pop("ok", None)
+            return reply
         with self.run_lock:  # one request at a time: each forms its own epoch's group
-            return lead(self.node, msg)
+            return lead(self.node, msg, on_piece)
 
 
 def _plain(result: Any) -> dict[str, Any]:

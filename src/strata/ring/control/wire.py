@@ -19,14 +19,17 @@ import json
 import socket
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from strata.errors import InputError
+from strata.ring.control import auth
 
-PROTOCOL = 1  # bumped when a message changes meaning; peers with another one are refused
+PROTOCOL = 2  # bumped when a message changes meaning; peers with another one are refused
 DEFAULT_PORT = 7473
 KEEPALIVE_S = 1.0  # a request still being worked on says so this often
+HANDSHAKE_S = 5.0  # a client that has not proved the secret by then is dropped
+HANDSHAKE_LINE = 1024  # what a stranger may make the daemon read before it proves anything
 MAX_LINE = 1 << 24  # a run's reply carries its tokens and timings: generous, not unbounded
 
 Message = dict[str, Any]
@@ -58,11 +61,11 @@ class Channel:
         with self._send_lock:
             self.sock.sendall(data)
 
-    def recv(self, timeout_s: float | None) -> Message | None:
+    def recv(self, timeout_s: float | None, limit: int = MAX_LINE) -> Message | None:
         """The next message; None when the peer closed the connection. A silent peer
         raises TimeoutError after `timeout_s` (None: wait for ever)."""
         self.sock.settimeout(timeout_s)
-        line = self._reader.readline(MAX_LINE)
+        line = self._reader.readline(limit)
         if not line:
             return None
         try:
@@ -98,8 +101,11 @@ def parse_peers(text: str | None) -> list[tuple[str, int]]:
     return [parse_addr(p) for p in (text or "").split(",") if p.strip()]
 
 
-def connect(host: str, port: int, timeout_s: float) -> Channel:
-    """A connection to a daemon, or one line saying why not (refused, unreachable, slow)."""
+def connect(host: str, port: int, timeout_s: float, key: bytes | None = None) -> Channel:
+    """A connection to a daemon that proved the ring secret both ways (`key`, default this
+    process's: strata.ring.control.auth), or one line saying why not (refused, unreachable,
+    slow, another secret)."""
+    key = key if key is not None else auth.current()
     where = f"{host}:{port}"
     try:
         sock = socket.create_connection((host, port), timeout=timeout_s)
@@ -111,16 +117,55 @@ def connect(host: str, port: int, timeout_s: float) -> Channel:
     except OSError as exc:
         raise PeerError(f"{where}: unreachable ({exc.strerror or exc})") from None
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    return Channel(sock, where)
+    chan = Channel(sock, where)
+    try:
+        _prove(chan, key, timeout_s)
+    except BaseException:
+        chan.close()
+        raise
+    return chan
 
 
-def call(chan: Channel, msg: Message, timeout_s: float | None) -> Message:
+def _prove(chan: Channel, key: bytes, timeout_s: float) -> None:
+    """The client's half of the handshake: answer the daemon's challenge, check its proof."""
+    try:
+        challenge = chan.recv(timeout_s)
+        if challenge is None or challenge.get("op") != "challenge":
+            raise PeerError(f"{chan.where}: not a strata ring daemon of protocol {PROTOCOL} "
+                            "(it sent no challenge): run the same strata version everywhere")
+        theirs, mine = str(challenge.get("nonce", "")), auth.nonce()
+        chan.send({"op": "auth", "nonce": mine, "mac": auth.mac(key, auth.CLIENT, theirs, mine)})
+        reply = chan.recv(timeout_s)
+    except TimeoutError:
+        raise PeerError(f"{chan.where}: no answer within {timeout_s:g} s (the daemon is hung "
+                        "or overloaded)") from None
+    except OSError as exc:
+        raise PeerError(f"{chan.where}: connection lost in the handshake "
+                        f"({exc.strerror or exc})") from None
+    if reply is None:
+        raise PeerError(f"{chan.where}: closed the connection in the handshake")
+    if not reply.get("ok"):
+        raise Refused(f"{chan.where}: {reply.get('error') or 'refused the handshake'}")
+    if not auth.same(auth.mac(key, auth.SERVER, mine, theirs), reply.get("mac")):
+        raise Refused(f"{chan.where}: answered without proving the ring secret (not a member "
+                      "of this ring, or another secret)")
+
+
+Progress = Callable[[Message], None]
+
+
+def call(chan: Channel, msg: Message, timeout_s: float | None,
+         on_progress: Progress | None = None) -> Message:
     """Send one request on `chan` and wait for its answer; a refusal is a PeerError.
-    `timeout_s` bounds each silence, not the whole request (see Server._answer)."""
+    `timeout_s` bounds each silence, not the whole request (see Server._answer). A
+    "pending" message that carries more than the keepalive (a generated token, for one) goes
+    to `on_progress` as it arrives."""
     try:
         chan.send(msg)
         reply = chan.recv(timeout_s)
         while reply is not None and reply.get("pending"):  # still working: wait on
+            if on_progress is not None and len(reply) > 1:
+                on_progress(reply)
             reply = chan.recv(timeout_s)
     except TimeoutError:
         raise PeerError(f"{chan.where}: no answer to '{msg.get('op')}' within {timeout_s:g} s "
@@ -136,11 +181,11 @@ def call(chan: Channel, msg: Message, timeout_s: float | None) -> Message:
 
 
 def request(host: str, port: int, msg: Message, timeout_s: float | None = 5.0,
-            connect_timeout_s: float = 5.0) -> Message:
+            connect_timeout_s: float = 5.0, on_progress: Progress | None = None) -> Message:
     """One request on a fresh connection (what the CLI and the leader's orders use)."""
     chan = connect(host, port, connect_timeout_s)
     try:
-        return call(chan, msg, timeout_s)
+        return call(chan, msg, timeout_s, on_progress)
     finally:
         chan.close()
 
@@ -153,8 +198,12 @@ class Server:
     host: str
     port: int
     handlers: dict[str, Handler]
+    key: bytes  # the ring secret every connection proves first (strata.ring.control.auth)
     idle_timeout_s: float = 30.0  # a client silent this long is dropped (one-shot CLI calls)
     sock: socket.socket | None = None  # already bound (the daemon binds before it probes)
+    extra: list[socket.socket] = field(default_factory=list)  # more addresses, same port
+    vet: Callable[[Message], None] | None = None  # refuses a request before any handler
+    log: Callable[[str], None] = lambda _line: None
 
     def __post_init__(self) -> None:
         self.sock = self.sock or bind(self.host, self.port)
@@ -164,14 +213,18 @@ class Server:
         self._lock = threading.Lock()
 
     def serve_in_thread(self) -> threading.Thread:
-        thread = threading.Thread(target=self._accept_loop, name="ring-accept", daemon=True)
+        for extra in self.extra:
+            threading.Thread(target=self._accept_loop, args=(extra,), name="ring-accept",
+                             daemon=True).start()
+        thread = threading.Thread(target=self._accept_loop, args=(self.sock,),
+                                  name="ring-accept", daemon=True)
         thread.start()
         return thread
 
-    def _accept_loop(self) -> None:
+    def _accept_loop(self, listening: socket.socket) -> None:
         while not self._stop.is_set():
             try:
-                sock, addr = self.sock.accept()
+                sock, addr = listening.accept()
             except OSError:
                 return  # closed by stop()
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -183,6 +236,8 @@ class Server:
 
     def _serve(self, chan: Channel) -> None:
         try:
+            if not self._challenge(chan):
+                return
             while not self._stop.is_set():
                 msg = chan.recv(self.idle_timeout_s)
                 if msg is None:
@@ -199,6 +254,31 @@ class Server:
             with self._lock:
                 self._channels.discard(chan)
             chan.close()
+
+    def _challenge(self, chan: Channel) -> bool:
+        """The daemon's half of the handshake: a fresh nonce, the client's proof over it
+        and its own, then this daemon's proof. A stranger is told why, logged in one line
+        and dropped before any request is read."""
+        mine = auth.nonce()
+        chan.send({"op": "challenge", "protocol": PROTOCOL, "nonce": mine})
+        try:
+            answer = chan.recv(HANDSHAKE_S, limit=HANDSHAKE_LINE)
+        except (TimeoutError, PeerError):
+            answer = None
+        if answer is None or answer.get("op") != "auth":
+            why = "no ring-secret proof (an older strata, or not a ring client)"
+        elif not auth.same(auth.mac(self.key, auth.CLIENT, mine, str(answer.get("nonce"))),
+                           answer.get("mac")):
+            why = "wrong ring secret (or a replayed handshake)"
+        else:
+            chan.send({"ok": True, "mac": auth.mac(self.key, auth.SERVER,
+                                                   str(answer["nonce"]), mine)})
+            return True
+        self.log(f"refused {chan.where}: {why}")
+        with contextlib.suppress(OSError):
+            chan.send({"ok": False, "error": f"refused: {why}; every member and client needs "
+                       f"the ring's secret (--secret-file or ${auth.ENV})"})
+        return False
 
     def _answer(self, msg: Message, chan: Channel) -> Message:
         """The handler's answer; while it works (a generation can take minutes) the client
@@ -220,6 +300,8 @@ class Server:
         if handler is None:
             return {"ok": False, "error": f"unknown request {msg.get('op')!r}"}
         try:
+            if self.vet is not None:
+                self.vet(msg)
             reply = handler(msg, chan)
         except InputError as exc:
             return {"ok": False, "error": str(exc)}
@@ -230,8 +312,9 @@ class Server:
 
     def stop(self) -> None:
         self._stop.set()
-        with contextlib.suppress(OSError):
-            self.sock.close()
+        for sock in (self.sock, *self.extra):
+            with contextlib.suppress(OSError):
+                sock.close()
         with self._lock:
             chans = list(self._channels)
         for chan in chans:

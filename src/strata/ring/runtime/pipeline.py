@@ -219,6 +219,13 @@ class RequestState:
     # process that started it (another leader resuming it gets tokens right, times not)
     prefill_s: float = 0.0
     resumes: list[Resumption] = field(default_factory=list)
+    stop_ids: frozenset[int] = frozenset()  # end-of-generation ids: the request ends there
+    on_token: Callable[[int], None] | None = None  # told each token as it is chosen
+
+    @property
+    def done(self) -> bool:
+        return len(self.tokens) >= self.n_predict or bool(
+            self.tokens and self.tokens[-1] in self.stop_ids)
 
     @property
     def mode(self) -> Mode:
@@ -285,11 +292,16 @@ class Driver:
     # -- the public steps -------------------------------------------------------------------
 
     def generate(self, prompt_ids: list[int], n_predict: int, seed: int | None = None,
-                 temperature: float = 0.0, keep_logits: bool = False) -> GenerationResult:
+                 temperature: float = 0.0, keep_logits: bool = False,
+                 stop_ids: frozenset[int] = frozenset(),
+                 on_token: Callable[[int], None] | None = None) -> GenerationResult:
+        """`n_predict` tokens, fewer when one of `stop_ids` comes first; `on_token` hears
+        each token as it is chosen (a stream), the result holds them all."""
         if not prompt_ids or n_predict < 1:
             raise InputError("a generation needs a non-empty prompt and n_predict >= 1")
         self.state = RequestState(self._next_request, list(prompt_ids), n_predict, seed,
-                                  temperature, keep_logits, start=time.perf_counter())
+                                  temperature, keep_logits, start=time.perf_counter(),
+                                  stop_ids=stop_ids, on_token=on_token)
         self._next_request += 1
         return self._run(replay=False)
 
@@ -326,7 +338,7 @@ class Driver:
                 self._prefill(s)
             sent0, recv0 = self._counters()
             steps, self.decode = 0, DecodeTime()
-            while len(s.tokens) < s.n_predict:
+            while not s.done:
                 pos = len(s.prompt) + len(s.tokens) - 1
                 self._token(s, self._forward(s, torch.tensor([s.tokens[-1]]), pos))
                 steps += 1
@@ -393,6 +405,8 @@ class Driver:
                 s.step_logits.append(logits)
         s.tokens.append(token)
         s.token_times.append(time.perf_counter())
+        if s.on_token is not None:
+            s.on_token(token)
 
     def _reset(self, capacity: int, mode: Mode, request: int) -> None:
         assert self.stage is not None

@@ -29,6 +29,9 @@ which only sees its own neighbours, can follow the reports to the peer that actu
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import hmac
+import os
 import socket
 import threading
 import time
@@ -267,13 +270,15 @@ def local_address(master: str, port: int) -> str:
 
 
 def form_group(master: str, port: int, rank: int, world: int, epoch: int,
-               timeout_s: float, op_timeout_s: float | None = None) -> Group:
+               timeout_s: float, op_timeout_s: float | None = None,
+               key: bytes | None = None) -> Group:
     """Join epoch `epoch`'s group of `world` ranks whose leader listens on master:port.
 
     Every rank announces itself under the epoch's prefix and waits (at most `timeout_s`) for
     all the others before the process group is built, so a missing member surfaces as
     PeerLost(that rank) after `timeout_s`, not as a hang. `op_timeout_s` (default timeout_s)
-    is the deadline of each send/recv during a request."""
+    is the deadline of each send/recv during a request. With `key` (the ring secret) each
+    link's two ends prove it before any activation crosses (see Links.connect)."""
     if not 0 <= rank < world:
         raise ValueError(f"rank {rank} is not in a group of {world}")
     start = time.perf_counter()
@@ -291,7 +296,8 @@ def form_group(master: str, port: int, rank: int, world: int, epoch: int,
         raise PeerLost(missing[0] if missing else 0, time.perf_counter() - start, epoch,
                        f"ranks {missing} did not join epoch {epoch}") from exc
     try:
-        links = Links.connect(store, rank, world, local_address(master, port), timeout_s)
+        links = Links.connect(store, rank, world, local_address(master, port), timeout_s,
+                              LinkProof(key, epoch) if key else None)
     except (OSError, RuntimeError) as exc:  # RuntimeError: the store's wait timed out
         raise PeerLost((rank + 1) % world, time.perf_counter() - start, epoch,
                        f"ring links of epoch {epoch}: {str(exc).splitlines()[0]}") from exc
@@ -320,9 +326,10 @@ class Links:
 
     @classmethod
     def connect(cls, store: dist.Store, rank: int, world: int, host: str,
-                timeout_s: float) -> Links:
+                timeout_s: float, proof: LinkProof | None = None) -> Links:
         """Listen, publish the address, connect to the next rank, accept the previous (which
-        says its rank first: anyone else is refused)."""
+        says its rank first: anyone else is refused; with `proof`, it must also answer this
+        rank's challenge with the ring secret)."""
         if world == 1:
             return cls(rank, world, None, None)
         out = inp = None
@@ -336,11 +343,13 @@ class Links:
                 out.sendall(rank.to_bytes(8, "little"))
                 server.settimeout(timeout_s)
                 inp, _peer = server.accept()
-                said = int.from_bytes(_exactly(inp, 8, time.perf_counter() + timeout_s),
-                                      "little")
+                deadline = time.perf_counter() + timeout_s
+                said = int.from_bytes(_exactly(inp, 8, deadline), "little")
                 if said != (rank - 1) % world:
                     raise ConnectionError(f"rank {rank} was reached by rank {said}, not by "
                                           "its predecessor")
+                if proof is not None:
+                    proof.exchange(rank, world, out, inp, deadline)
         except BaseException:
             for sock in (out, inp):
                 if sock is not None:
@@ -375,6 +384,31 @@ class Links:
                 with contextlib.suppress(OSError):
                     sock.shutdown(socket.SHUT_RDWR)
                 sock.close()
+
+
+@dataclass(frozen=True)
+class LinkProof:
+    """Both ends of a link prove the ring secret: the receiving rank sends a fresh nonce,
+    the sending rank answers HMAC(secret, epoch, its rank, nonce). Ordered so that no rank
+    waits on a step its neighbour takes only later (every rank sends its rank and nonce
+    before it reads anything back)."""
+
+    key: bytes
+    epoch: int
+
+    def exchange(self, rank: int, world: int, out: socket.socket, inp: socket.socket,
+                 deadline: float) -> None:
+        mine = os.urandom(16)
+        inp.sendall(mine)
+        theirs = _exactly(out, 16, deadline)
+        out.sendall(self._mac(rank, theirs))
+        got = _exactly(inp, 32, deadline)
+        if not hmac.compare_digest(got, self._mac((rank - 1) % world, mine)):
+            raise ConnectionError(f"rank {rank}'s predecessor did not prove the ring secret")
+
+    def _mac(self, rank: int, nonce: bytes) -> bytes:
+        msg = b"strata-ring/link/%d/%d/" % (self.epoch, rank) + nonce
+        return hmac.new(self.key, msg, hashlib.sha256).digest()
 
 
 def _exactly(sock: socket.socket, n: int, deadline: float) -> bytes:
