@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,7 @@ import pytest
 from strata.errors import InputError
 from strata.hardware.profile import CpuInfo, HostProfile, SoftwareStack
 from strata.store import SCHEMA_VERSION, open_db
-from strata.store.db import migrate
+from strata.store.db import migrate, schema_version
 from strata.store.hosts import (
     latest_measurement,
     list_hosts,
@@ -216,3 +217,26 @@ def test_a_damaged_transcript_is_one_line_naming_the_line(tmp_path: Path, line: 
         read_jsonl(path)
     with pytest.raises(InputError, match="not found"):
         read_jsonl(tmp_path / "missing.jsonl")
+
+
+def test_processes_creating_one_new_db_at_once_all_open_it(tmp_path: Path) -> None:
+    """Ring workers (and daemons) started together open the default DB before it exists:
+    each must see the schema the first one wrote, not fail on 'table already exists'."""
+    import subprocess
+    import sys
+
+    db, go = tmp_path / "new.db", tmp_path / "go"
+    script = ("import pathlib, sys, time\n"
+              "from strata.store.db import open_db\n"
+              "go = pathlib.Path(sys.argv[2])\n"
+              "while not go.exists(): time.sleep(0.001)\n"
+              "open_db(pathlib.Path(sys.argv[1])).close()\n")
+    procs = [subprocess.Popen([sys.executable, "-c", script, str(db), str(go)],
+                              stderr=subprocess.PIPE, text=True) for _ in range(6)]
+    time.sleep(1.0)  # every interpreter up and waiting on the same start
+    go.touch()
+    errors = [p.communicate(timeout=60)[1] for p in procs]
+    assert all(p.returncode == 0 for p in procs), errors
+    conn = open_db(db)
+    assert schema_version(conn) == MIGRATIONS[-1][0]
+    assert conn.execute("SELECT COUNT(*) FROM schema_version").fetchone()[0] == len(MIGRATIONS)

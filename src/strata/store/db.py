@@ -122,6 +122,10 @@ def migrate(conn: sqlite3.Connection, migrations: list[tuple[int, list[str]]]) -
         if version <= current:
             continue
         with transaction(conn):
+            # Another process opening the same new DB may have applied it since the read
+            # above (two ring workers creating the default DB at once): read again, locked.
+            if version <= schema_version(conn):
+                continue
             for sql in statements:
                 conn.execute(sql)
             conn.execute("INSERT INTO schema_version(version) VALUES (?)", (version,))
