@@ -101,6 +101,9 @@ def test_first_start_makes_a_secret_that_only_its_holders_can_use(tmp_path: Path
 def test_strangers_replays_and_other_rings_start_no_work(ring: Ring) -> None:
     ring.start("a")
     before = _epoch(ring, "a")
+    hints = ring.status("a")["hints"]  # alone, multicast off: the one ring-wide cause
+    assert hints == ["no peer found and mDNS is off (--no-mdns): give --peers HOST:PORT of "
+                     "one member"], hints
     # 1. a request without the handshake: refused, the request never read
     sock, reader, challenge = _raw(ring.ports["a"])
     assert challenge["op"] == "challenge" and len(challenge["nonce"]) == 2 * auth.NONCE_BYTES
@@ -141,6 +144,8 @@ def test_strangers_replays_and_other_rings_start_no_work(ring: Ring) -> None:
         return next((p for p in peers if p["state"] == "refused"), None)
     peer = wait_for(b_view, 20, "b did not see a refuse it")
     assert "wrong ring secret" in peer["reason"], peer
+    assert peer["fix"].startswith("it holds another ring secret: give every member the same"), \
+        peer
     assert ring.live("a") == set()
     assert _epoch(ring, "a") == before
     assert ring.log("a").count("refused 127.0.0.1:") >= 3

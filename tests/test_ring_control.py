@@ -216,6 +216,8 @@ def test_another_version_is_refused_with_the_reason(ring: Ring) -> None:
     assert ring.live("a") == set() and ring.live("b") == set()
     res = ring.cli("ring", "status", "--connect", ring.addr("b"))
     assert "refused" in res.stdout and "install the same version" in res.stdout, res.stdout
+    assert f"(127.0.0.1:{ring.ports['a']}, refused): another strata version: install the " \
+        "same one on every member" in " ".join(res.stdout.split()), res.stdout
 
 
 def test_port_in_use_unreachable_and_hung_daemons_are_one_line_errors(ring: Ring) -> None:
@@ -234,6 +236,8 @@ def test_port_in_use_unreachable_and_hung_daemons_are_one_line_errors(ring: Ring
     peer = wait_for(lambda: next((p for p in ring.status("a")["peers"]
                                   if p["state"] == "unreachable"), None), 10, "no unreachable")
     assert peer["addr"] == f"127.0.0.1:{dead}" and "refused" in peer["reason"]
+    assert peer["fix"].startswith(f"nothing listens at 127.0.0.1:{dead}: start `strata ring "
+                                  "serve` there"), peer
     # A hung daemon (stopped, its socket still accepting): one line after --timeout.
     wait_for(lambda: ring.live("a") == {"h"}, 10, "h never joined")
     os.kill(ring.procs["h"].pid, signal.SIGSTOP)

@@ -158,7 +158,14 @@ def status(
       strata ring status --connect 192.168.1.10:7473 --json
     """
     from strata.commands.ring import status as ring_status
-    from strata.views.ring import STATUS_COLUMNS, links_table, status_records, status_table
+    from strata.views.console import plain
+    from strata.views.ring import (
+        STATUS_COLUMNS,
+        fix_lines,
+        links_table,
+        status_records,
+        status_table,
+    )
 
     chosen = output_format(fmt, json_out)
     use_secret(secret_file)
@@ -166,6 +173,8 @@ def status(
     records = status_records(reply)
     def tables() -> None:
         out.print(status_table(reply, records))
+        for line in fix_lines(reply, records):
+            out.print(plain(line))
         links = links_table(reply)
         if links is not None:
             out.print(links)

@@ -12,7 +12,7 @@ from strata.views.console import plain
 GIB = 1024**3
 # -o md: the tables' columns, by their record field names
 STATUS_COLUMNS = ("id", "addr", "state", "device", "available_bytes", "mem_cap_bytes",
-                  "bandwidth_gbps", "rtt_ms", "epoch", "leader", "reason")
+                  "bandwidth_gbps", "rtt_ms", "epoch", "leader", "reason", "fix")
 RUN_COLUMNS = ("model_filename", "n_prompt", "n_gen", "world", "ttft_s", "prefill_s",
                "decode_tps", "e2e_s", "stages", "lost", "tokens")
 
@@ -49,7 +49,7 @@ def status_records(reply: dict[str, Any]) -> list[dict[str, Any]]:
     leader = reply.get("leader")
     me = reply["self"]
     rows = [_member_record(me, state="self", rtt_ms=None, epoch=reply.get("epoch"),
-                           leader=me.get("id") == leader, reason=None)]
+                           leader=me.get("id") == leader, reason=None, fix=None)]
     for peer in sorted(reply.get("peers", []), key=lambda p: (p["state"] != "live",
                                                               str(p.get("member") and
                                                                   p["member"]["id"]))):
@@ -58,7 +58,7 @@ def status_records(reply: dict[str, Any]) -> list[dict[str, Any]]:
                              rtt_ms=None if peer.get("rtt_ms") is None
                              else round(peer["rtt_ms"], 3),
                              epoch=None, leader=member.get("id") == leader,
-                             reason=peer.get("reason"))
+                             reason=peer.get("reason"), fix=peer.get("fix"))
         rec["addr"] = peer["addr"]  # the address we reach it by
         rows.append(rec)
     return rows
@@ -83,6 +83,14 @@ def status_table(reply: dict[str, Any], records: list[dict[str, Any]]) -> Table:
                       _size(r["mem_cap_bytes"]),
                       num(r["bandwidth_gbps"]), num(r["rtt_ms"], "{:.2f}"), plain(note))
     return table
+
+
+def fix_lines(reply: dict[str, Any], records: list[dict[str, Any]]) -> list[str]:
+    """Below the table: why each absent peer is not a member and what to do, then the
+    ring-wide causes."""
+    lines = [f"{r['id'] or r['addr']} ({r['addr']}, {r['state']}): {r['fix']}"
+             for r in records if r.get("fix")]
+    return lines + list(reply.get("hints") or [])
 
 
 def links_table(reply: dict[str, Any]) -> Table | None:

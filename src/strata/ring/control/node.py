@@ -25,6 +25,7 @@ from typing import Any
 from strata import __version__
 from strata.errors import InputError
 from strata.ring.control import wire
+from strata.ring.control.diagnose import explain, ring_hints
 from strata.ring.control.discovery import Advert, Zeroconf
 from strata.ring.control.models import ModelDirs
 from strata.ring.control.runner import StageHost
@@ -304,11 +305,14 @@ class Node:
             p["addr"] = f"{p['addr'][0]}:{p['addr'][1]}"
             p["last_seen_s"] = round(now - p.pop("last_seen"), 3) if p["state"] == "live" \
                 else None
-        return {"self": self.member.to_dict(), "version": self.config.version,
+            p["fix"] = explain(p["state"], p["reason"], p["addr"])
+        reply = {"self": self.member.to_dict(), "version": self.config.version,
                 "epoch": self.epoch, "leader": self.leader(), "peers": peers,
                 "links": [{"src": a, "dst": b, **link.to_dict()}
                           for (a, b), link in list(self.links.items())],
                 "mdns": "off (--no-mdns)" if self.mdns is None else (self.mdns.reason or "on")}
+        reply["hints"] = ring_hints(reply)
+        return reply
 
 
 class Link:
