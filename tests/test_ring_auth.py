@@ -204,17 +204,19 @@ def test_by_default_the_daemon_listens_on_its_advertised_address_and_loopback(
     local CLI), never on every interface."""
     from strata.ring.control.discovery import _primary_address
 
-    port = free_port()
+    port, api = free_port(), free_port()
     log = (ring.home / "d.log").open("wb")
     ring.procs["d"] = subprocess.Popen([*STRATA, "ring", "serve", "--name", "d", "--port",
-                                        str(port), "--no-mdns"], stdout=log,
-                                       stderr=subprocess.STDOUT, env=ring.env)
+                                        str(port), "--no-mdns", "--api", str(api)],
+                                       stdout=log, stderr=subprocess.STDOUT, env=ring.env)
     ring.ports["d"] = port
     ring.ready("d")
-    listening = {c.laddr.ip for c in psutil.Process(ring.procs["d"].pid).net_connections()
-                 if c.status == psutil.CONN_LISTEN and c.laddr.port == port}
-    assert listening == {"127.0.0.1", _primary_address()} - {""}, listening
-    assert "0.0.0.0" not in listening and "::" not in listening
+    wait_for(lambda: ring.log("d").count("api: ") == 2, 30, "no API on both addresses")
+    conns = psutil.Process(ring.procs["d"].pid).net_connections()
+    for p in (port, api):  # the control port, and the API's the same way
+        listening = {c.laddr.ip for c in conns
+                     if c.status == psutil.CONN_LISTEN and c.laddr.port == p}
+        assert listening == {"127.0.0.1", _primary_address()}, (p, listening)
 
 
 def test_a_data_link_without_the_secret_is_refused() -> None:

@@ -24,6 +24,10 @@ Generated tokens are counted from the streamed text (synthetic) or one per strea
 checked against usage.completion_tokens. Every result says which (info prompt_tokens_from,
 generated_tokens_from, and a note).
 
+Auth: when the environment variable OPENAI_API_KEY is set (what OpenAI's own clients read),
+every request carries `Authorization: Bearer $OPENAI_API_KEY` (a hosted API's key, or the
+ring secret of `strata ring serve --api`); the key is never stored or printed.
+
 Depth (@d<D>) must be prefilled outside the timed region. Over HTTP that is only possible
 with a server-side prompt cache: an untimed request with the depth prefix, then the timed
 request whose prompt starts with the same prefix. Known servers with such a cache:
@@ -35,6 +39,7 @@ random text every repetition, so no cache can serve it.
 from __future__ import annotations
 
 import json
+import os
 import random
 import time
 from collections.abc import Callable
@@ -73,6 +78,18 @@ from strata.backends.openai_text import (
     SyntheticText,
 )
 
+API_KEY_ENV = "OPENAI_API_KEY"
+
+
+def _http_client(timeout: httpx.Timeout) -> httpx.Client:
+    """A client for the endpoint: trust_env=False, since a benchmark talks to the server
+    directly, never through a proxy picked up from the environment (it would add its own
+    latency to every figure); the bearer token from $OPENAI_API_KEY on every request."""
+    key = os.environ.get(API_KEY_ENV, "").strip()
+    headers = {"Authorization": f"Bearer {key}"} if key else None
+    return httpx.Client(timeout=timeout, trust_env=False, headers=headers)
+
+
 # -- the backend ----------------------------------------------------------------------------
 
 
@@ -96,10 +113,8 @@ class OpenAIBackend:
             raise InputError(f"{model.ref}: the openai backend needs an http(s):// endpoint")
         if not endpoint.endswith("/v1"):
             endpoint += "/v1"
-        # trust_env=False: a benchmark talks to the server directly, never through a proxy
-        # picked up from the environment (it would add its own latency to every figure).
         timeout = httpx.Timeout(self.read_timeout, connect=CONNECT_TIMEOUT_S)
-        self._client = httpx.Client(timeout=timeout, trust_env=False)
+        self._client = _http_client(timeout)
         try:
             self._server = self._describe(endpoint, model.model_name)
             self._text = self._prompt_text(model)
@@ -186,7 +201,7 @@ class OpenAIBackend:
         if self._client is None or self._server is None or self._text is None:
             raise StrataError("openai: no endpoint loaded")
         other = OpenAIBackend(self.read_timeout)
-        other._client = httpx.Client(timeout=self._client.timeout, trust_env=False)
+        other._client = _http_client(self._client.timeout)
         other._server, other._text, other._owns_text = self._server, self._text, False
         other._text_notes = list(self._text_notes)
         try:
@@ -226,7 +241,11 @@ class OpenAIBackend:
         if resp.is_stream_consumed is False:
             resp.read()
         err = InputError if resp.status_code < 500 else StrataError
-        raise err(f"{url}: HTTP {resp.status_code}: {_server_message(resp)}")
+        hint = ""
+        if resp.status_code == 401:
+            hint = (f" (set {API_KEY_ENV} to its API key)" if not os.environ.get(API_KEY_ENV)
+                    else f" (the key in {API_KEY_ENV} was refused)")
+        raise err(f"{url}: HTTP {resp.status_code}: {_server_message(resp)}{hint}")
 
     def _errors(self, url: str, tokens: int) -> _ErrorMap:
         return _ErrorMap(url, tokens, self.read_timeout)

@@ -74,9 +74,10 @@ def serve(options: ServeOptions, log: Callable[[str], None],
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: node.stopped.set())
     node.start(socks[0], socks[1:])
-    api = _start_api(node, options, log)
-    started(node)
+    api = None
     try:
+        api = _start_api(node, options, [s.getsockname()[0] for s in socks], log)
+        started(node)
         while not node.stopped.wait(0.5):
             pass
     finally:
@@ -86,14 +87,15 @@ def serve(options: ServeOptions, log: Callable[[str], None],
         node.stop()
 
 
-def _start_api(node: Node, o: ServeOptions, log: Callable[[str], None]) -> Any:
+def _start_api(node: Node, o: ServeOptions, hosts: list[str],
+               log: Callable[[str], None]) -> Any:
     """`--api PORT`: the OpenAI-compatible endpoint on this member, the ring secret as its
     bearer token, on the addresses the control port listens on."""
     if o.api is None:
         return None
     from strata.ring.control.api import start_api
 
-    return start_api(node, node.config.host, o.api, node.config.secret.decode(), log)
+    return start_api(node, hosts, o.api, node.config.secret.decode(), log)
 
 
 def _node(o: ServeOptions, log: Callable[[str], None]) -> tuple[Node, list[socket.socket]]:

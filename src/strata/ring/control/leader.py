@@ -109,8 +109,11 @@ def _generate(node: Any, msg: Message, model: str, prompt: list[int], n: int,
         if "result" in reply:
             node.ring_now = {"model": model, "layout": layout, "epoch": epoch}
             segments.append({"epoch": epoch, "plan": _stages(plan), **reply["result"]})
-            return _answer(model, prompt, reply["result"], plan, segments, events,
-                           time.perf_counter() - t_start)
+            answer = _answer(model, prompt, reply["result"], plan, segments, events,
+                             time.perf_counter() - t_start)
+            answer["transfers"] = [{k: v for k, v in x.items() if k != "path"}
+                                   for x in reply.get("transfers", [])]
+            return answer
         who = reply.get("member") or plan.stages[int(reply["lost"])].member
         events.append({"epoch": epoch, "lost": who, "at_token": len(tokens),
                        "detect_s": reply.get("detect_s"), "reason": reply.get("reason"),
@@ -210,8 +213,10 @@ def _assign_and_drive(node: Any, plan: Any, epoch: int, model: str, digest: str,
     assignments = [[rank, s.first, s.last] for rank, s in enumerate(stages)]
     order = {"op": "assign", "epoch": epoch, "world": len(stages), "model": model,
              "model_hash": digest, "assignments": assignments,
-             "op_timeout_s": msg.get("op_timeout_s")}
+             "op_timeout_s": msg.get("op_timeout_s"),
+             "source": list(_addr(node.member))}  # a member without the file fetches here
     master = _addr(by_id[stages[0].member])[0]
+    transfers: list[dict[str, Any]] = []  # members that fetched their share's tensors
     for rank, stage in enumerate(stages if fresh else []):
         addr = reach[stage.member]
         try:
@@ -224,8 +229,11 @@ def _assign_and_drive(node: Any, plan: Any, epoch: int, model: str, digest: str,
             return {"lost": rank, "member": stage.member, "reason": str(exc)}
         if rank == 0:
             order["port"] = reply["store_port"]
+        if reply.get("fetched") and reply["fetched"]["tensors"]:
+            transfers.append({"member": stage.member, **reply["fetched"]})
     try:
-        return send_order(reach[stages[0].member], drive, DRIVE_SILENCE_S, heard)
+        return {**send_order(reach[stages[0].member], drive, DRIVE_SILENCE_S, heard),
+                "transfers": transfers}
     except Refused as exc:  # e.g. a stage that cannot load: what it says is the error
         if not fresh and "holds no rank 0 order" in str(exc):
             return {"stale": True}

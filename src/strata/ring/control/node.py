@@ -101,6 +101,9 @@ class Node:
         from strata.ring.control import layer_time  # `time_layer`: the plan's measured stage times
 
         self.handlers.update(layer_time.handlers(self))
+        from strata.ring.control.transfer import Source  # members without the file
+
+        self.handlers.update(Source(self).handlers())
 
     # --- life cycle -------------------------------------------------------------------
     def start(self, sock: socket.socket | None = None,
@@ -223,7 +226,8 @@ class Node:
     def vet(self, msg: Message) -> None:
         """Every request that names a model is checked here, before its handler runs: a
         model outside --models is refused with nothing opened and no work started."""
-        if "model" in msg:
+        if "model" in msg and not (msg.get("op") == "assign" and msg.get("source")):
+            # (an order naming a source: a model not here is fetched into the cache)
             self.model_ref(str(msg["model"]))
         if msg.get("op") == "bench":
             from strata.ring.control.fleet import bench_models

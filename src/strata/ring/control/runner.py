@@ -62,24 +62,53 @@ class StageHost:
         return self.hashes[model]
 
     def assign(self, msg: Message, chan: Channel) -> Message:
-        """The leader's order for an epoch: refuse another model, else take the share."""
-        mine = self._hash(self.node.model_ref(msg["model"]))
-        if msg.get("model_hash") != mine:
-            raise InputError(f"model {msg['model']} differs here (hash {mine}, the leader's "
-                             f"{msg.get('model_hash')}): give every node the same file")
+        """The leader's order for an epoch: refuse another model, else take the share (its
+        tensors fetched from the order's source first when the file is not here)."""
+        local, fetched = self._local(msg)
         if msg["epoch"] < self.node.epoch and self.order.get("epoch", -1) >= msg["epoch"]:
             raise InputError(f"stale order for epoch {msg['epoch']} (this node is at "
                              f"{self.node.epoch})")
         self.node.bump_epoch(msg["epoch"])
         self._drop_group()
-        self.order = dict(msg)
+        self.order = {**msg, "local": local}
+        said = {"fetched": None if fetched is None else fetched.to_dict()}
         if msg["rank"] == 0:  # the driver hosts the epoch's rendezvous; same port for life
             self.store_port = self.store_port or _free_port(self.node.member.host)
-            return {"store_port": self.store_port}
-        self.worker = threading.Thread(target=self._serve, args=(dict(msg),), daemon=True,
-                                       name=f"ring-stage epoch {msg['epoch']}")
+            return {"store_port": self.store_port, **said}
+        self.worker = threading.Thread(target=self._serve, args=(dict(self.order),),
+                                       daemon=True, name=f"ring-stage epoch {msg['epoch']}")
         self.worker.start()
-        return {}
+        return said
+
+    def _local(self, msg: Message) -> tuple[str, Any]:
+        """This member's copy of the order's model: its own file (the same as the leader's,
+        by hash), else the share's tensors fetched from the order's source into
+        $STRATA_HOME/ring/models (the name is never opened as a path here)."""
+        from strata.ring.control.transfer import fetch
+
+        try:
+            ref = self.node.model_ref(msg["model"])
+        except InputError:
+            if not msg.get("source"):
+                raise
+        else:
+            mine = self._hash(ref)
+            if msg.get("model_hash") != mine:
+                raise InputError(f"model {msg['model']} differs here (hash {mine}, the "
+                                 f"leader's {msg.get('model_hash')}): give every node the "
+                                 "same file")
+            return ref, None
+        from strata.paths import home_dir
+
+        source = (str(msg["source"][0]), int(msg["source"][1]))
+        got = fetch(source, str(msg["model"]), int(msg["first"]), int(msg["last"]),
+                    home_dir() / "ring" / "models")
+        if got.tensors:
+            rate = got.rate_Bps or 0.0
+            self.node.log(f"fetched {got.tensors} tensors ({got.bytes / 1e6:.1f} MB) of "
+                          f"{msg['model']} from {source[0]}:{source[1]} in {got.seconds:.2f} s "
+                          f"({rate / 1e6:.1f} MB/s) into {got.path}")
+        return str(got.path), got
 
     def _drop_group(self) -> None:
         """Leave the previous epoch: as rank 0, STOP its ring; as a stage, close its group
@@ -118,8 +147,7 @@ class StageHost:
                                             order["world"], order["epoch"], FORM_TIMEOUT_S,
                                             order.get("op_timeout_s"),
                                             self.node.config.secret)
-            self.stage = serve_stage(group, mine, self.node.model_ref(order["model"]),
-                                     self.stage,
+            self.stage = serve_stage(group, mine, order["local"], self.stage,
                                      self.node.config.mem_cap_bytes, self._die_hook(),
                                      device=self.node.config.device,
                                      ops=self.node.config.ops)
@@ -178,8 +206,7 @@ class StageHost:
                 group = form_group(order["master"], self.store_port or 0, 0, order["world"],
                                    order["epoch"], FORM_TIMEOUT_S, order.get("op_timeout_s"),
                                    self.node.config.secret)
-                driver = Driver(group, assignments, self.node.model_ref(order["model"]),
-                                self.stage,
+                driver = Driver(group, assignments, order["local"], self.stage,
                                 self.node.config.mem_cap_bytes, device=self.node.config.device,
                                 ops=self.node.config.ops)
                 self.driver, self.stage = driver, driver.stage

@@ -77,6 +77,12 @@ class Channel:
             raise PeerError(f"{self.where} sent a non-object message")
         return msg
 
+    def read_some(self, limit: int, timeout_s: float) -> bytes:
+        """Raw bytes that follow a reply (a tensor a member sends): what the line reader
+        already holds first, then the socket; b"" when the peer closed."""
+        self.sock.settimeout(timeout_s)
+        return self._reader.read1(limit)
+
     def close(self) -> None:
         with contextlib.suppress(OSError):
             self.sock.shutdown(socket.SHUT_RDWR)
