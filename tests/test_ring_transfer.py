@@ -109,4 +109,4 @@ def test_an_interrupted_transfer_resumes_and_a_changed_tensor_is_refused(
     # A name outside the source's --models is refused by the source, nothing sent.
     with pytest.raises(wire.Refused, match="not served here"):
         wire.request(*source, {"op": "send_bytes", "model": "../../../etc/passwd",
-                               "offset": 0, "nbytes": 10})
+                               "ranges": [[0, 10]]})

@@ -77,17 +77,21 @@ class Source:
                 "tensors": tensors}
 
     def send_bytes(self, msg: Message, chan: Channel) -> Message:
-        """Raw bytes [offset, offset + nbytes) of the model on this connection, after the
-        reply (the receiver counts them; nothing frames them)."""
+        """The model's bytes at each of `ranges` ([offset, nbytes] pairs), back to back on
+        this connection after the reply (the receiver counts them; nothing frames them)."""
         path = Path(self.node.model_ref(str(msg["model"])))
-        offset, nbytes = int(msg["offset"]), int(msg["nbytes"])
-        if offset < 0 or nbytes < 0 or offset + nbytes > path.stat().st_size:
-            raise InputError(f"bytes [{offset}, {offset + nbytes}) are not in {msg['model']}")
+        size = path.stat().st_size
+        ranges = [(int(o), int(n)) for o, n in msg["ranges"]]
+        for offset, nbytes in ranges:
+            if offset < 0 or nbytes < 0 or offset + nbytes > size:
+                raise InputError(f"bytes [{offset}, {offset + nbytes}) are not in "
+                                 f"{msg['model']}")
 
         def stream(sock: socket.socket) -> None:
             sock.settimeout(SEND_TIMEOUT_S)
             with path.open("rb") as f:
-                sock.sendfile(f, offset, nbytes)
+                for offset, nbytes in ranges:
+                    sock.sendfile(f, offset, nbytes)
         return {wire.THEN: stream}
 
 
@@ -142,20 +146,13 @@ def fetch(source: tuple[str, int], model: str, first: int, last: int, root: Path
     done = set(json.loads(journal.read_text())) if journal.is_file() else set()
     _prepare(path, header, int(manifest["size"]))
     out = Fetched(path)
+    todo = [t for t in manifest["tensors"] if t["name"] not in done]
     t0 = time.perf_counter()
-    for t in manifest["tensors"]:
-        if t["name"] in done:
-            continue
-        if stop_after is not None and out.tensors >= stop_after:
-            raise InputError(f"transfer of {model} interrupted after {out.tensors} tensors")
-        _receive(source, model, path, t)
-        done.add(t["name"])
-        tmp = journal.with_name(journal.name + ".tmp")
-        tmp.write_text(json.dumps(sorted(done)))
-        tmp.replace(journal)  # the journal never lists a tensor that is not all there
-        out.tensors += 1
-        out.bytes += int(t["nbytes"])
+    if todo:
+        _receive(source, model, path, todo[:stop_after], done, journal, out)
     out.seconds = time.perf_counter() - t0
+    if stop_after is not None and len(todo) > stop_after:
+        raise InputError(f"transfer of {model} interrupted after {out.tensors} tensors")
     return out
 
 
@@ -174,31 +171,52 @@ def _prepare(path: Path, header: bytes, size: int) -> None:
     stale.unlink(missing_ok=True)
 
 
-def _receive(source: tuple[str, int], model: str, path: Path, t: dict[str, Any]) -> None:
-    offset, nbytes = int(t["offset"]), int(t["nbytes"])
+def _receive(source: tuple[str, int], model: str, path: Path, tensors: list[dict[str, Any]],
+             done: set[str], journal: Path, out: Fetched) -> None:
+    """`tensors` in order over one connection, each verified and journaled as it lands."""
     chan = wire.connect(*source, SEND_TIMEOUT_S)
-    h = hashlib.sha256()
+    fd = os.open(path, os.O_WRONLY)
+    name = tensors[0]["name"]
     try:
-        wire.call(chan, {"op": "send_bytes", "model": model, "offset": offset,
-                         "nbytes": nbytes}, SEND_TIMEOUT_S)
-        fd = os.open(path, os.O_WRONLY)
-        try:
-            got = 0
-            while got < nbytes:
-                block = chan.read_some(min(CHUNK, nbytes - got), SEND_TIMEOUT_S)
-                if not block:
-                    raise ConnectionResetError("the source closed the connection mid-tensor")
-                os.pwrite(fd, block, offset + got)
-                h.update(block)
-                got += len(block)
-        finally:
-            os.close(fd)
+        wire.call(chan, {"op": "send_bytes", "model": model,
+                         "ranges": [[t["offset"], t["nbytes"]] for t in tensors]},
+                  SEND_TIMEOUT_S)
+        for t in tensors:
+            name = t["name"]
+            digest = _land(chan, fd, int(t["offset"]), int(t["nbytes"]))
+            _verify(path, model, source, t, digest)
+            done.add(name)
+            tmp = journal.with_name(journal.name + ".tmp")
+            tmp.write_text(json.dumps(sorted(done)))
+            tmp.replace(journal)  # the journal never lists a tensor that is not all there
+            out.tensors += 1
+            out.bytes += int(t["nbytes"])
     except (OSError, TimeoutError) as exc:
-        raise InputError(f"transfer of {t['name']} from {source[0]}:{source[1]} broke off "
+        raise InputError(f"transfer of {name} from {source[0]}:{source[1]} broke off "
                          f"({exc}); run again to resume") from None
     finally:
+        os.close(fd)
         chan.close()
-    if h.hexdigest() != t["sha256"]:
+
+
+def _land(chan: Channel, fd: int, offset: int, nbytes: int) -> str:
+    """One tensor's bytes from the connection into the file at `offset`; its SHA-256."""
+    h = hashlib.sha256()
+    got = 0
+    while got < nbytes:
+        block = chan.read_some(min(CHUNK, nbytes - got), SEND_TIMEOUT_S)
+        if not block:
+            raise ConnectionResetError("the source closed the connection mid-tensor")
+        os.pwrite(fd, block, offset + got)
+        h.update(block)
+        got += len(block)
+    return h.hexdigest()
+
+
+def _verify(path: Path, model: str, source: tuple[str, int], t: dict[str, Any],
+            digest: str) -> None:
+    offset, nbytes = int(t["offset"]), int(t["nbytes"])
+    if digest != t["sha256"]:
         with open(path, "r+b") as f:  # nothing is kept of a tensor that does not verify
             f.seek(offset)
             f.write(bytes(nbytes))
