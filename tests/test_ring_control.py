@@ -308,6 +308,10 @@ def test_runs_equal_one_process_and_survive_a_lost_member(ring: Ring) -> None:
     assert links[("a", "b")]["bandwidth_Bps"] > 0  # measured by a member for the plan
     table = ring.cli("ring", "status", "--connect", ring.addr("a")).stdout
     assert "links measured for the plan" in table, table
+    held = ring.status("a")["stage"]  # a's share of the last run, and how it computes it
+    assert (held["first"], held["last"], held["ops"]) == (two["stages"][0]["first"],
+                                                          two["stages"][0]["last"], "lab")
+    assert held["on_torch"] == [] and "every op verified here" in table, (held, table)
 
     # Another model file on a member: the order is refused with the reason.
     order = {"op": "assign", "epoch": 99, "rank": 1, "world": 2, "first": 2, "last": 4,

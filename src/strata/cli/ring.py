@@ -163,6 +163,7 @@ def status(
         STATUS_COLUMNS,
         fix_lines,
         links_table,
+        stage_line,
         status_records,
         status_table,
     )
@@ -173,8 +174,9 @@ def status(
     records = status_records(reply)
     def tables() -> None:
         out.print(status_table(reply, records))
-        for line in fix_lines(reply, records):
-            out.print(plain(line))
+        for line in [stage_line(reply), *fix_lines(reply, records)]:
+            if line:
+                out.print(plain(line))
         links = links_table(reply)
         if links is not None:
             out.print(links)
@@ -186,8 +188,9 @@ def status(
 @reflowed
 def run(
     model: Annotated[str, typer.Argument(
-        metavar="MODEL", help="file.gguf or synthetic:<preset>[@quant]: the same file on "
-        "every member (a member whose copy differs refuses, saying so).")],
+        metavar="MODEL", help="file.gguf (a name under the members' --models "
+        "directories) or synthetic:<preset>[@quant]. A member without the file fetches its "
+        "share's tensors from the leader; one whose copy differs refuses, saying so.")],
     prompt: Annotated[str, typer.Option("-p", "--prompt", help="The prompt text.")],
     n_predict: Annotated[str, typer.Option("-n", "--n-predict",
                                            help="Tokens to generate.")] = "32",

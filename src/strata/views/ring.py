@@ -85,6 +85,18 @@ def status_table(reply: dict[str, Any], records: list[dict[str, Any]]) -> Table:
     return table
 
 
+def stage_line(reply: dict[str, Any]) -> str | None:
+    """What this member holds now and how it computes it."""
+    st = reply.get("stage")
+    if not st:
+        return None
+    torch = st["on_torch"]
+    how = ("torch for every op" if torch == ["all"] else f"{st['ops']} kernels"
+           + (f"; on torch for want of a verified kernel: {', '.join(torch)}" if torch
+              else ", every op verified here"))
+    return f"holds layers [{st['first']}, {st['last']}) of {st['model']}: {how}"
+
+
 def fix_lines(reply: dict[str, Any], records: list[dict[str, Any]]) -> list[str]:
     """Below the table: why each absent peer is not a member and what to do, then the
     ring-wide causes."""

@@ -316,6 +316,7 @@ class Node:
                           for (a, b), link in list(self.links.items())],
                 "mdns": "off (--no-mdns)" if self.mdns is None else (self.mdns.reason or "on")}
         reply["hints"] = ring_hints(reply)
+        reply["stage"] = self.stages.describe()
         return reply
 
 

@@ -21,6 +21,7 @@ import socket
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from strata.errors import InputError
@@ -124,6 +125,15 @@ class StageHost:
         """The daemon is stopping: leave every group first (a process that exits while a
         thread still waits in gloo aborts instead of exiting)."""
         self._drop_group()
+
+    def describe(self) -> Message | None:
+        """The share this member holds now, for `ring status`: which layers of which model,
+        how they compute, and the ops that run on torch for want of a verified kernel."""
+        stage = self.driver.stage if self.driver is not None else self.stage
+        if stage is None:
+            return None
+        return {"model": self.order.get("model", Path(stage.ref).name), "first": stage.first,
+                "last": stage.last, "ops": stage.ops, "on_torch": stage.on_torch()}
 
     def release(self, msg: Message, chan: Channel | None) -> Message:
         """Rank 0 of an epoch the leader is replacing: STOP the ring, drop the group."""

@@ -113,6 +113,14 @@ class Stage:
         executor = Executor.build(weights, ops_registry.make(ops, weights, dev, say), dev)
         return cls(str(model_ref), path, ops, executor)
 
+    def on_torch(self) -> list[str]:
+        """The ops this stage runs on torch's own path: every op under --ops torch; under
+        lab, those with no verified kernel on this machine (dispatch's fallback)."""
+        kernels = getattr(self.executor.ops, "kernels", None)
+        if kernels is None:
+            return ["all"]
+        return sorted(op for op, choice in kernels.choices.items() if choice.is_fallback)
+
     def holds(self, model_ref: str, first: int, last: int, ops: str | None = None) -> bool:
         """Is this already the stage [first, last) of `model_ref` (nothing to reload)?"""
         return (self.ref, self.first, self.last) == (str(model_ref), first, last) and \
