@@ -69,6 +69,8 @@ def test_nothing_shared_or_nothing_found_are_input_errors(tmp_path: Path) -> Non
         compare(conn, str(r1), "run:999")
     with pytest.raises(InputError, match="expected"):
         parse_selector("gpu:1")
+    with pytest.raises(InputError, match=r"A and B are the same runs \(run:1\)"):
+        compare(conn, "1", "run:1")
     fp = conn.execute("SELECT fingerprint FROM hosts").fetchone()[0]
     other = start_run(conn, fp, "bench", [], {})
     add_result(conn, other, _result("llamacpp", "tg8", [1.0, 2.0], model="other-model"))
@@ -93,3 +95,30 @@ def test_cli_compare_and_history(tmp_path: Path) -> None:
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
     empty = run_cli("history", home=tmp_path / "empty")
     assert empty.returncode == 2 and "strata bench" in empty.stderr
+
+
+def test_backends_are_compared_like_for_like_only(tmp_path: Path) -> None:
+    """A -t 64 llama.cpp run against a -t 1 torch run: listed with what differs and no
+    speedup (it once printed "speedup 21.499"); a matching -t 1 pair is compared."""
+    conn = open_db(tmp_path / "strata.db")
+    fp = save_host(conn, HostProfile("h", CpuInfo(arch="x86_64"), [],
+                                     SoftwareStack("3", "Linux", "0")))
+    run = start_run(conn, fp, "bench", [], {})
+    for backend, threads, tps in (("llamacpp", 64, 430.0), ("torch", 1, 20.0)):
+        r = _result(backend, "tg8", [tps - 1, tps, tps + 1])
+        r.info["threads"] = threads
+        add_result(conn, run, r)
+    [pair] = compare(conn, "backend:llamacpp", "backend:torch")
+    assert pair.speedup is None and pair.p is None and pair.differs == {"threads": (64, 1)}
+    proc = run_cli("compare", "backend:llamacpp", "backend:torch", "--json", home=tmp_path)
+    [rec] = json.loads(proc.stdout)
+    assert rec["speedup"] is None and rec["differs"] == "threads 64 vs 1", rec
+    assert (rec["threads_a"], rec["threads_b"]) == (64, 1)
+    table = run_cli("compare", "backend:llamacpp", "backend:torch", home=tmp_path).stdout
+    assert "not like for like: threads 64 vs 1" in " ".join(table.split()), table
+    assert "21.5" not in table
+    r = _result("llamacpp", "tg8", [39.0, 40.0, 41.0])
+    r.info["threads"] = 1
+    add_result(conn, run, r)
+    [pair] = compare(conn, "backend:llamacpp", "backend:torch")
+    assert pair.differs is None and pair.speedup == pytest.approx(0.5)

@@ -2,9 +2,12 @@
 
 A side is a selector: a run id (`12` or `run:12`), a host (`host:<fingerprint prefix>`),
 a backend (`backend:torch`) or a commit (`commit:<sha prefix>`). Results on the two sides
-are paired on their configuration; when both sides select backends, the backend and its
-load settings are what is compared, so they leave the key. Significance is Welch's t-test
-on the raw samples.
+are paired on their configuration; when both sides select backends, the backend is what is
+compared, so it leaves the key. Like for like: every load setting a run can sweep or default
+(threads as the backend ran them, batch, ubatch, KV types, flash attention, ngl, device,
+dtype; depth is in the test) must match too. A test both sides ran only with different
+settings is listed with what differs and no speedup (a -t 64 run against a -t 1 run says
+nothing about the backends). Significance is Welch's t-test on the raw samples.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from strata.bench.records import PRIMARY, record
+from strata.bench.records import PRIMARY, SETTINGS, record
 from strata.bench.scenario import BenchTest
 from strata.errors import InputError
 from strata.measure.stats import welch
@@ -70,8 +73,22 @@ def config_key(r: StoredResult, with_backend: bool) -> tuple[Any, ...]:
     return key
 
 
+def settings(r: StoredResult) -> dict[str, Any]:
+    """The result's load settings as its bench record shows them (threads as run)."""
+    rec = record(r)
+    return {field: rec.get(field) for field, _ in SETTINGS}
+
+
 def _latest_by_key(results: list[StoredResult], with_backend: bool) -> dict[tuple, StoredResult]:
-    return {config_key(r, with_backend): r for r in results}  # ordered by id: latest wins
+    # ordered by id: latest wins; the settings are part of the key (like for like)
+    return {(*config_key(r, with_backend), *settings(r).values()): r for r in results}
+
+
+def differences(a: StoredResult, b: StoredResult) -> dict[str, tuple[Any, Any]]:
+    """Settings in which two results differ, by header name (threads, batch, ...)."""
+    sa, sb = settings(a), settings(b)
+    return {short: (sa[field], sb[field]) for field, short in SETTINGS
+            if sa[field] != sb[field]}
 
 
 @dataclass
@@ -82,12 +99,23 @@ class Pair:
     metric: str
     a_mean: float
     b_mean: float
-    speedup: float  # b / a: > 1 means B is faster
+    speedup: float | None  # b / a: > 1 means B is faster; None when not like for like
     p: float | None  # Welch two-sided p-value on the raw samples; None with < 2 each
+    differs: dict[str, tuple[Any, Any]] | None = None  # settings that differ (no speedup)
 
     @property
     def significant(self) -> bool | None:
         return None if self.p is None else self.p < ALPHA
+
+    @property
+    def differs_text(self) -> str | None:
+        if not self.differs:
+            return None
+        return ", ".join(f"{k} {_shown(a)} vs {_shown(b)}" for k, (a, b) in self.differs.items())
+
+
+def _shown(value: Any) -> str:
+    return "default" if value is None else str(value)
 
 
 def primary_metric(r: StoredResult) -> str:
@@ -99,6 +127,9 @@ def _pair(key: tuple[Any, ...], a: StoredResult, b: StoredResult) -> Pair | None
     ma, mb = a.metrics.get(metric), b.metrics.get(metric)
     if not ma or not mb or not ma.get("mean"):
         return None
+    differs = differences(a, b)
+    if differs:  # shown, not compared
+        return Pair(key, a, b, metric, ma["mean"], mb["mean"], None, None, differs)
     test = welch(ma.get("samples", []), mb.get("samples", []))
     return Pair(key, a, b, metric, ma["mean"], mb["mean"], mb["mean"] / ma["mean"],
                 test.p if test else None)
@@ -106,6 +137,9 @@ def _pair(key: tuple[Any, ...], a: StoredResult, b: StoredResult) -> Pair | None
 
 def compare(conn: sqlite3.Connection, side_a: str, side_b: str) -> list[Pair]:
     a, b = parse_selector(side_a), parse_selector(side_b)
+    if a.label == b.label:
+        raise InputError(f"A and B are the same runs ({a.label}): give two different "
+                         "selectors (see strata history)")
     with_backend = not (a.kind == b.kind == "backend")
     ra = _latest_by_key(select_results(conn, a.where, a.args), with_backend)
     rb = _latest_by_key(select_results(conn, b.where, b.args), with_backend)
@@ -113,10 +147,23 @@ def compare(conn: sqlite3.Connection, side_a: str, side_b: str) -> list[Pair]:
         if not found:
             raise InputError(f"{sel.label}: no stored results match (see strata history)")
     pairs = [p for key in ra if key in rb and (p := _pair(key, ra[key], rb[key]))]
+    pairs += _unmatched(ra, rb, {p.key for p in pairs})
     if not pairs:
         raise InputError(f"{a.label} and {b.label} share no configuration (same model, test "
                          "and settings); nothing to compare")
     return pairs
+
+
+def _unmatched(ra: dict[tuple, StoredResult], rb: dict[tuple, StoredResult],
+               paired: set[tuple]) -> list[Pair]:
+    """Tests both sides ran, never with the same settings: the latest of each, shown with
+    what differs and no speedup."""
+    cut = len(SETTINGS)  # a key is (configuration..., settings...)
+    done = {k[:-cut] for k in paired}
+    first = {k[:-cut]: r for k, r in ra.items()}  # ordered by id: the latest wins
+    second = {k[:-cut]: r for k, r in rb.items()}
+    return [p for base, a in first.items() if base in second and base not in done
+            and (p := _pair(base, a, second[base]))]
 
 
 def _commits(conn: sqlite3.Connection) -> dict[int, str | None]:
@@ -141,7 +188,10 @@ def pair_records(conn: sqlite3.Connection, pairs: list[Pair]) -> list[dict[str, 
              "metric": METRIC_FIELD.get(p.metric, p.metric),
              **_side(p.a, commits.get(p.a.run_id), "a"),
              **_side(p.b, commits.get(p.b.run_id), "b"),
-             "speedup": p.speedup, "p_value": p.p, "significant": p.significant}
+             "threads_a": record(p.a).get("n_threads"),
+             "threads_b": record(p.b).get("n_threads"),
+             "speedup": p.speedup, "p_value": p.p, "significant": p.significant,
+             "differs": p.differs_text}
             for p in pairs]
 
 

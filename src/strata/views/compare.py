@@ -12,12 +12,16 @@ from strata.views.console import plain
 
 
 def _speedup(p: Pair) -> Text:
+    if p.speedup is None:
+        return Text("—", style="dim")
     if p.significant is False:
         return Text(f"{p.speedup:.3f}", style="dim")
     return Text(f"{p.speedup:.3f}", style="green" if p.speedup > 1 else "red")
 
 
 def _sig(p: Pair) -> str:
+    if p.differs:
+        return f"not like for like: {p.differs_text}"
     if p.p is None:
         return "n/a (< 2 samples)"
     return f"{p.p:.3g} {'yes' if p.significant else 'no'}"
@@ -28,15 +32,22 @@ def compare_table(pairs: list[Pair], label_a: str, label_b: str) -> Table:
     t = Table(title=plain(f"B = {label_b} vs A = {label_a} (speedup = B / A; significant: "
                           f"Welch p < {ALPHA})"), title_justify="left")
     for col, just in (("model", "left"), ("backend A/B", "left"), ("test", "left"),
-                      ("A t/s", "right"), ("B t/s", "right"), ("speedup", "right"),
-                      ("p, significant", "left")):
+                      ("threads", "right"), ("A t/s", "right"), ("B t/s", "right"),
+                      ("speedup", "right"), ("p, significant", "left")):
         t.add_column(col, justify=just)  # type: ignore[arg-type]
     for p in pairs:
         backends = p.a.backend if p.a.backend == p.b.backend else f"{p.a.backend}/{p.b.backend}"
-        t.add_row(plain(p.a.model), plain(backends), plain(p.a.test),
+        t.add_row(plain(p.a.model), plain(backends), plain(p.a.test), _threads(p),
                   mean_sd(p.a.metrics[p.metric]), mean_sd(p.b.metrics[p.metric]),
-                  _speedup(p), _sig(p))
+                  _speedup(p), plain(_sig(p)))
     return t
+
+
+def _threads(p: Pair) -> str:
+    from strata.bench.records import record
+
+    a, b = record(p.a).get("n_threads"), record(p.b).get("n_threads")
+    return "-" if a is None and b is None else (str(a) if a == b else f"{a}/{b}")
 
 
 def mean_sd(summary: dict[str, Any], spec: str = ",.2f") -> str:
@@ -70,5 +81,6 @@ HISTORY_COLUMNS = ("run", "date", "status", "host", "strata commit", "model", "b
 # -o md: the table's columns, by their record field names
 HISTORY_FIELDS = ("run_id", "run_started_at", "run_status", "fingerprint", "strata_commit",
                   "model_filename", "backend", "test", "avg_ts", "stddev_ts", "build_commit")
-COMPARE_FIELDS = ("model_filename", "backend_a", "backend_b", "test", "avg_ts_a", "avg_ts_b",
-                  "speedup", "p_value", "significant")
+COMPARE_FIELDS = ("model_filename", "backend_a", "backend_b", "test", "threads_a",
+                  "threads_b", "avg_ts_a", "avg_ts_b", "speedup", "p_value", "significant",
+                  "differs")
