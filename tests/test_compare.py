@@ -122,3 +122,37 @@ def test_backends_are_compared_like_for_like_only(tmp_path: Path) -> None:
     add_result(conn, run, r)
     [pair] = compare(conn, "backend:llamacpp", "backend:torch")
     assert pair.differs is None and pair.speedup == pytest.approx(0.5)
+
+
+def test_busy_and_noisy_figures_keep_their_marks_everywhere(tmp_path: Path) -> None:
+    """A result measured on a busy host, with an SD above its mean: history's table marks
+    both ("!", busy), its md and JSON carry host_busy; compare says which side was busy; a
+    bench md export of it gains host_busy and the notes; CSV writes η as UTF-8."""
+    from strata.bench.records import record
+    from strata.store.export import FORMATS
+
+    conn = open_db(tmp_path / "strata.db")
+    fp = save_host(conn, HostProfile("h", CpuInfo(arch="x86_64"), [],
+                                     SoftwareStack("3", "Linux", "0")))
+    run = start_run(conn, fp, "bench", [], {})
+    calm = _result("llamacpp", "tg8", [100.0, 101.0, 99.0])
+    add_result(conn, run, calm)
+    noisy = _result("llamacpp", "tg8", [10.0, 1500.0, 20.0])
+    noisy.metrics["decode_tps"].update(sd=856.0, n=3)
+    noisy.telemetry = {"host_load": {"busy": True, "busy_share": 0.6}}
+    noisy.info["notes"] = ["η below 0.4: the host was busy"]
+    run2 = start_run(conn, fp, "bench", [], {})
+    add_result(conn, run2, noisy)
+    table = run_cli("history", home=tmp_path).stdout
+    row = next(line for line in table.splitlines() if "± 856.00 !" in line)
+    assert "yes" in row, table  # the busy column
+    md = run_cli("history", "-o", "md", home=tmp_path).stdout
+    assert "host_busy" in md.splitlines()[0] and "| 1 |" in md
+    proc = run_cli("compare", str(run), str(run2), "--json", home=tmp_path)
+    [rec] = json.loads(proc.stdout)
+    assert (rec["host_busy_a"], rec["host_busy_b"]) == (None, True), rec
+    shown = run_cli("compare", str(run), str(run2), home=tmp_path).stdout
+    assert "B on a busy host" in " ".join(shown.split()), shown
+    bench_md = FORMATS["md"]([record(noisy)])
+    assert "host_busy" in bench_md.splitlines()[0] and "the host was busy" in bench_md
+    assert "η below 0.4" in FORMATS["csv"]([record(noisy)])  # not \u03b7

@@ -290,11 +290,12 @@ def test_ref_with_another_vocabulary_is_refused(home: Path) -> None:
 
 
 def _bench_row(conn: sqlite3.Connection, run_id: int, model: str, test: str, n_prompt: int,
-               n_gen: int, tps: float, threads: int = 2) -> None:
+               n_gen: int, tps: float, threads: int = 2, n: int = 5,
+               busy: bool = False) -> None:
     add_result(conn, run_id, StoredResult(
         model=model, backend="llamacpp", test=test, n_prompt=n_prompt, n_gen=n_gen, n_depth=0,
-        load_config={"threads": threads}, metrics={"decode_tps": {"mean": tps}}, explain=None,
-        telemetry=None, info={}))
+        load_config={"threads": threads}, metrics={"decode_tps": {"mean": tps, "n": n}},
+        explain=None, telemetry={"host_load": {"busy": busy}}, info={}))
 
 
 def test_speed_ratio_pairs_like_with_like(tmp_path: Path) -> None:
@@ -309,7 +310,18 @@ def test_speed_ratio_pairs_like_with_like(tmp_path: Path) -> None:
     _bench_row(conn, run, "f16", "tg64", 0, 64, 100.0)
     ratio = decode_speed_ratio(conn, "fp", "q4", "f16", ["llamacpp"])
     assert ratio is not None and ratio.ratio == pytest.approx(2.4) and ratio.test == "tg64"
+    assert ratio.caveat is None
     assert decode_speed_ratio(conn, "other-host", "q4", "f16", ["llamacpp"]) is None
+    # two 2-sample runs, one on a busy host: the ratio is kept, and says why it is weak
+    _bench_row(conn, run, "q4", "tg64", 0, 64, 164.0, n=2, busy=True)
+    _bench_row(conn, run, "f16", "tg64", 0, 64, 100.0, n=2)
+    weak = decode_speed_ratio(conn, "fp", "q4", "f16", ["llamacpp"])
+    assert weak is not None and weak.caveat == "a busy host and 2 repetition(s)"
+    from strata.views.quality import _speed
+
+    line = _speed({"speed": weak.to_dict(), "model": "q4", "ref": "f16"})
+    assert line == ("1.64x faster decode (llamacpp tg64; unreliable: a busy host and 2 "
+                    "repetition(s))")
 
 
 # -- the CLI -----------------------------------------------------------------------------

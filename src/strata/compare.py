@@ -175,7 +175,8 @@ def _side(r: StoredResult, strata_commit: str | None, suffix: str) -> dict[str, 
     return {f"{k}_{suffix}": v for k, v in (
         ("backend", r.backend), ("run_id", r.run_id), ("result_id", r.id),
         ("avg_ts", rec["avg_ts"]), ("stddev_ts", rec["stddev_ts"]), ("n", rec["n"]),
-        ("eta", rec["eta"]), ("strata_commit", strata_commit),
+        ("eta", rec["eta"]), ("host_busy", rec.get("host_busy")),
+        ("strata_commit", strata_commit),
         ("build_commit", rec.get("build_commit")))}
 
 

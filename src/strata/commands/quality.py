@@ -48,6 +48,7 @@ def quality_record(stored: dict[str, Any]) -> dict[str, Any]:
                                         "kl_max", "top1", "speed_ratio", "chunk_nll"))
     out.update({"decode_ts": speed.get("model_tps"), "ref_decode_ts": speed.get("ref_tps"),
                 "speed_backend": speed.get("backend"), "speed_test": speed.get("test"),
+                "speed_caveat": speed.get("caveat"),
                 "text_name": text["name"], "text_sha256": text["sha256"],
                 "text_tokens": text["tokens"], "time_s": r.pop("seconds")})
     out.update(r)  # tokenizer, model_label, ref_label, scoring, info

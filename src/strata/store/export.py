@@ -49,7 +49,7 @@ def _scalar(value: Any) -> str:
     if isinstance(value, list) and all(is_number(v) for v in value):
         return "/".join(_scalar(v) for v in value)
     if isinstance(value, list | dict | tuple):
-        return json.dumps(value, default=str, separators=(",", ":"))
+        return json.dumps(value, default=str, separators=(",", ":"), ensure_ascii=False)
     return str(value)
 
 
@@ -85,11 +85,17 @@ def md_table(records: list[Record], columns: tuple[str, ...] | list[str],
 
 
 def _md(records: list[Record]) -> str:
-    """llama-bench's layout: a column per setting swept in these records, by field name."""
+    """llama-bench's layout: a column per setting swept in these records, by field name;
+    host_busy (and the notes) when any result was measured on a busy host, so the mark
+    goes wherever the figure goes."""
     settings = tuple(name for name, _ in swept(records))
     counts = tuple(s for s in settings if s.startswith("n_"))  # right-aligned like t/s
     shown = [{**r, **{s: setting_text(r.get(s)) for s in settings}} for r in records]
-    return md_table(shown, MD_LEAD + settings + MD_TAIL,
+    busy: tuple[str, ...] = ()
+    if any(r.get("host_busy") for r in records):
+        busy = ("host_busy", "notes")
+        shown = [{**r, "notes": "; ".join(r.get("notes") or [])} for r in shown]
+    return md_table(shown, MD_LEAD + settings + MD_TAIL + busy,
                     ("avg_ts", "stddev_ts", "eta", "n", *counts))
 
 

@@ -7,6 +7,7 @@ from typing import Any
 from rich.table import Table
 from rich.text import Text
 
+from strata.bench.records import record
 from strata.compare import ALPHA, HistoryRow, Pair, primary_metric
 from strata.views.console import plain
 
@@ -22,9 +23,11 @@ def _speedup(p: Pair) -> Text:
 def _sig(p: Pair) -> str:
     if p.differs:
         return f"not like for like: {p.differs_text}"
+    busy = [side for side, r in (("A", p.a), ("B", p.b)) if record(r).get("host_busy")]
+    mark = f"; {' and '.join(busy)} on a busy host" if busy else ""
     if p.p is None:
-        return "n/a (< 2 samples)"
-    return f"{p.p:.3g} {'yes' if p.significant else 'no'}"
+        return f"n/a (< 2 samples){mark}"
+    return f"{p.p:.3g} {'yes' if p.significant else 'no'}{mark}"
 
 
 def compare_table(pairs: list[Pair], label_a: str, label_b: str) -> Table:
@@ -44,20 +47,19 @@ def compare_table(pairs: list[Pair], label_a: str, label_b: str) -> Table:
 
 
 def _threads(p: Pair) -> str:
-    from strata.bench.records import record
-
     a, b = record(p.a).get("n_threads"), record(p.b).get("n_threads")
     return "-" if a is None and b is None else (str(a) if a == b else f"{a}/{b}")
 
 
 def mean_sd(summary: dict[str, Any], spec: str = ",.2f") -> str:
-    """"mean ± SD", or the mean alone when one sample has no SD (never "± 0.00")."""
+    """"mean ± SD", or the mean alone when one sample has no SD (never "± 0.00"); "!" marks
+    an SD above the mean, as the bench table does."""
     mean, sd, n = summary.get("mean"), summary.get("sd"), summary.get("n") or 0
     if mean is None:
         return "-"
     if n < 2 or sd is None:
         return f"{mean:{spec}}"
-    return f"{mean:{spec}} ± {sd:{spec}}"
+    return f"{mean:{spec}} ± {sd:{spec}}" + (" !" if sd > mean else "")
 
 
 def history_table(rows: list[HistoryRow]) -> Table:
@@ -70,6 +72,7 @@ def history_table(rows: list[HistoryRow]) -> Table:
         tps = mean_sd(value) if value else "-"
         t.add_row(str(r.run_id), h.started_at, h.status, h.fingerprint[:8],
                   *map(plain, (h.git_commit or "-", r.model, r.backend, r.test)), tps,
+                  "yes" if record(r).get("host_busy") else "",
                   plain(h.build_commit or "-"))
     return t
 
@@ -77,10 +80,11 @@ def history_table(rows: list[HistoryRow]) -> Table:
 # Whose commit each is: strata's checkout when the run was made; the llama.cpp build the
 # result ran on (llama-bench's build_commit; "-" for other backends).
 HISTORY_COLUMNS = ("run", "date", "status", "host", "strata commit", "model", "backend", "test",
-                   "t/s", "llama.cpp commit")
+                   "t/s", "busy", "llama.cpp commit")
 # -o md: the table's columns, by their record field names
 HISTORY_FIELDS = ("run_id", "run_started_at", "run_status", "fingerprint", "strata_commit",
-                  "model_filename", "backend", "test", "avg_ts", "stddev_ts", "build_commit")
+                  "model_filename", "backend", "test", "avg_ts", "stddev_ts", "host_busy",
+                  "build_commit")
 COMPARE_FIELDS = ("model_filename", "backend_a", "backend_b", "test", "threads_a",
-                  "threads_b", "avg_ts_a", "avg_ts_b", "speedup", "p_value", "significant",
-                  "differs")
+                  "threads_b", "avg_ts_a", "avg_ts_b", "host_busy_a", "host_busy_b", "speedup",
+                  "p_value", "significant", "differs")

@@ -58,7 +58,8 @@ def _speed(r: Record) -> str:
         return f"decode speed unknown: run strata bench on both ({model}, {r['ref']})"
     ratio = s["ratio"]
     words = f"{ratio:.2f}x faster" if ratio >= 1 else f"{1 / ratio:.2f}x slower"
-    return f"{words} decode ({s['backend']} {s['test']})"
+    weak = f"; unreliable: {s['caveat']}" if s.get("caveat") else ""
+    return f"{words} decode ({s['backend']} {s['test']}{weak})"
 
 
 def frontier_line(r: Record) -> str:
