@@ -195,3 +195,44 @@ def test_compare_two_hosts_rankings(tmp_path: Path) -> None:
     assert bad.returncode == 2 and "rank:HOST on both sides" in bad.stderr
     missing = run_cli("compare", "rank:zzzz", f"rank:{fb[:8]}", home=tmp_path)
     assert missing.returncode == 2 and "no host with a ranking" in missing.stderr
+
+
+def test_presets_leave_out_test_models_and_short_contexts_are_said() -> None:
+    """--presets ranks published models only (the tiny test models once took ranks 1-6);
+    a profile that needs more context than a model holds is never measured on it."""
+    from strata.bench.scenario import BenchTest
+    from strata.models.source import resolve
+    from strata.rank.candidates import Candidate, expand
+    from strata.rank.ranking import _too_short, _within
+
+    published = expand([], True, "q4_0")
+    assert "synthetic:llama-3.2-1b@q4_0" in published
+    assert not any(ref.startswith("synthetic:tiny") for ref in published)
+    assert "synthetic:tiny@q4_0" in expand([], True, "q4_0", include_test=True)
+    tiny = Candidate("synthetic:tiny@q8_0", "llamacpp", resolve("synthetic:tiny@q8_0"))
+    assert tiny.model.spec.ctx_max == 2048
+    profiles = all_profiles()
+    assert _too_short(profiles["chat"], tiny) == ("context too short for this profile: it "
+                                                  "needs 2,688 tokens, the model holds 2,048")
+    assert _too_short(profiles["code"], tiny) is None
+    assert not _within(tiny, BenchTest(512, 0, 2048))  # chat's deep prompt: past 2,048
+    assert _within(tiny, BenchTest(1024, 0, 0))
+
+
+@pytest.mark.slow
+def test_a_damaged_file_in_a_ranked_folder_is_a_line(home: Path, tmp_path: Path) -> None:
+    from strata.models.source import resolve
+
+    folder = tmp_path / "models"
+    folder.mkdir()
+    (folder / "broken.gguf").write_bytes(b"GGUF\x03\x00\x00\x00 not really")
+    good = folder / "tiny.gguf"
+    good.write_bytes(Path(resolve(TINY[0]).path("gguf", "llamacpp")).read_bytes())
+    proc = run_cli("rank", str(folder), "--profile", "code,chat", "--budget-min", "0.001",
+                   "-o", "json", home=home, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    recs = json.loads(proc.stdout)
+    assert {r["model_filename"] for r in recs} == {str(good)}
+    assert f"skipped {folder / 'broken.gguf'}:" in proc.stderr
+    chat = next(r for r in recs if r["profile"] == "chat")
+    assert chat["score"] is None and "context too short" in chat["note"], chat

@@ -16,6 +16,9 @@ from strata.views.output import emit
 Opt = typer.Option
 
 
+CANDIDATES = "Candidates besides MODEL"
+
+
 @app.command()
 def rank(
     models: Annotated[list[str] | None, typer.Argument(
@@ -24,11 +27,17 @@ def rank(
         show_default=False)] = None,
     profile: Annotated[str, Opt("--profile", metavar="NAMES", help="Comma list of profiles, "
                                 "or all.")] = "all",
-    presets: Annotated[bool, Opt("--presets", help="Also every synthetic preset (at "
+    presets: Annotated[bool, Opt("--presets", rich_help_panel=CANDIDATES,
+                                 help="Also every synthetic preset (at "
                                  "--quant); those that do not fit are listed, predicted.")]
     = False,
-    quant: Annotated[str, Opt("--quant", help="Quantisation of --presets: f32, f16, q8_0, "
-                              "q4_0.")] = "q4_0",
+    quant: Annotated[str, Opt("--quant", rich_help_panel=CANDIDATES,
+                              help="Quantisation of --presets: f32, f16, q8_0, q4_0.")]
+    = "q4_0",
+    include_test_models: Annotated[bool, Opt(
+        "--include-test-models", rich_help_panel=CANDIDATES,
+        help="With --presets, strata's own tiny test models too (not published models: "
+        "left out by default).")] = False,
     backend: Annotated[str, Opt("--backend", "-B", help="Backend that runs files and presets "
                                 "(endpoints use openai).")] = "llamacpp",
     quality: Annotated[bool, Opt("--quality", help="Also perplexity (and KL with --ref) of "
@@ -57,7 +66,9 @@ def rank(
     Stored results are reused when host, software and config match; what is
     missing is measured, fastest candidates first, within --budget-min. A model
     that does not fit (strata fit), or is cut by the budget, is listed with its
-    predicted figures (roofline x η), marked "predicted".
+    predicted figures (roofline x η), marked "predicted". A model is never measured
+    past its context: a profile that needs more is "context too short" for it. A
+    file that cannot be read is a skipped line; the others are still ranked.
 
     [bold]Examples[/bold]
       strata rank --presets                        [dim]# every preset, q4_0[/dim]
@@ -78,7 +89,8 @@ def rank(
         raise InputError(f"--budget-min {budget_min:g}: must be > 0 and at most 1440")
     if ref is not None and not quality:
         raise InputError("--ref is the reference for --quality: add --quality")
-    request = RankRequest(refs=expand(models or [], presets, quant), profiles=choose(profile),
+    request = RankRequest(refs=expand(models or [], presets, quant, include_test_models),
+                          profiles=choose(profile),
                           backend=backend, budget_s=budget_min * 60, quality=quality,
                           ref=ref)
     outcome = run_rank(open_store(db), request, err,

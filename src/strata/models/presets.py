@@ -90,8 +90,16 @@ def list_presets() -> list[Preset]:
     return [_from_json(name, raw) for name, raw in _load()["presets"].items()]
 
 
-def preset_names() -> list[str]:
-    return list(_load()["presets"])
+def preset_names(include_test: bool = True) -> list[str]:
+    """Every preset; without `include_test`, only published models' (the `tiny*` test
+    models say "strata test model" as their source)."""
+    presets = _load()["presets"]
+    return [name for name, raw in presets.items()
+            if include_test or not is_test_model(str(raw.get("source", "")))]
+
+
+def is_test_model(source: str) -> bool:
+    return source.startswith("strata test model")
 
 
 def get_preset(name: str, ref: str | None = None) -> Preset:

@@ -35,9 +35,11 @@ class Candidate:
         return self.model.spec is None
 
 
-def expand(refs: list[str], presets: bool, quant: str) -> list[str]:
+def expand(refs: list[str], presets: bool, quant: str,
+           include_test: bool = False) -> list[str]:
     """Model references: a folder that is not a Hugging Face model stands for its *.gguf
-    files; --presets adds every synthetic preset at `quant`."""
+    files; --presets adds every synthetic preset of a published model at `quant` (strata's
+    own test models too with `include_test`: they are not models anyone would run)."""
     out: list[str] = []
     for ref in refs:
         path = Path(ref).expanduser()
@@ -54,7 +56,7 @@ def expand(refs: list[str], presets: bool, quant: str) -> list[str]:
             raise InputError(f"--quant {quant}: choose one of {', '.join(PRESET_QUANTS)}")
         from strata.models.presets import preset_names
 
-        out += [f"synthetic:{name}@{quant}" for name in preset_names()]
+        out += [f"synthetic:{name}@{quant}" for name in preset_names(include_test)]
     if not out:
         raise InputError("nothing to rank: give MODEL… (files, a folder, endpoints) or "
                          "--presets")

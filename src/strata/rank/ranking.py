@@ -110,8 +110,8 @@ def run_rank(conn: sqlite3.Connection, req: RankRequest, console: Console,
     roof = host.roofline(console)
     tests = sorted({t for p in req.profiles for t in p.tests()})
     ctx = max(p.context for p in req.profiles)
-    cands = [place(ref, req.backend, host.profile, ctx) for ref in req.refs]
     out = RankOutcome({}, budget_s=req.budget_s)
+    cands = _placed(req, host, ctx, out)
     figures = {plan.candidate.label: _gather(conn, plan, req, out, console, progress.bench)
                for plan in _plans(conn, host, roof, cands, tests, req)}
     quality = _quality(conn, req, cands, out, console, progress.quality) if req.quality \
@@ -124,6 +124,38 @@ def run_rank(conn: sqlite3.Connection, req: RankRequest, console: Console,
     save_measurement(conn, host.fingerprint, "rank", {"records": out.records(),
                                                        "cut": out.cut})
     return out
+
+
+def _placed(req: RankRequest, host: Host, ctx: int, out: RankOutcome) -> list[Candidate]:
+    """Every model placed; one that cannot be read (a damaged file in a ranked folder) is a
+    line among the skipped, not the end of the ranking."""
+    from strata.errors import InputError
+
+    cands = []
+    for ref in req.refs:
+        try:
+            cands.append(place(ref, req.backend, host.profile, ctx))
+        except InputError as exc:
+            out.skipped.append((ref, str(exc)))
+    if not cands:
+        raise InputError("no model to rank could be read: " + "; ".join(
+            f"{ref}: {why}" for ref, why in out.skipped))
+    return cands
+
+
+def _within(c: Candidate, t: BenchTest) -> bool:
+    """Does the test fit the model's context (an endpoint's is the server's business)?"""
+    spec = c.model.spec
+    return spec is None or not spec.ctx_max or t.depth + t.n_prompt + t.n_gen <= spec.ctx_max
+
+
+def _too_short(p: Profile, c: Candidate) -> str | None:
+    spec = c.model.spec
+    need = max(p.depths) + p.prompt_tokens + p.gen_tokens
+    if spec is None or not spec.ctx_max or need <= spec.ctx_max:
+        return None
+    return (f"context too short for this profile: it needs {need:,} tokens, the model "
+            f"holds {spec.ctx_max:,}")
 
 
 def _order(e: Entry) -> tuple[int, float]:
@@ -155,12 +187,13 @@ def _plans(conn: sqlite3.Connection, host: Host, roof: Roofline, cands: list[Can
     for c in cands:
         history = histories.setdefault(c.backend, EtaHistory.from_db(
             conn, host.fingerprint, c.backend, cache))
-        reused = measure.reusable(conn, host.fingerprint, c, tests)
-        guesses = measure.predicted(c, roof, history, tests, cache)
+        mine = [t for t in tests if _within(c, t)]  # never measured past its context
+        reused = measure.reusable(conn, host.fingerprint, c, mine)
+        guesses = measure.predicted(c, roof, history, mine, cache)
         # for the budget only, a cache-resident model gets a time estimate too (roofline x η
         # is no honest figure for it, but it bounds the time well enough to plan)
-        timing = guesses or measure.predicted(c, roof, history, tests, None)
-        missing = [t for t in tests if t not in reused]
+        timing = guesses or measure.predicted(c, roof, history, mine, None)
+        missing = [t for t in mine if t not in reused]
         plans.append(_Plan(c, reused, guesses, missing,
                            measure.estimate_s(missing, timing, req.reps.max_reps)))
     return sorted(plans, key=lambda plan: plan.estimate_s or 0.0)
@@ -233,6 +266,9 @@ def _quality(conn: sqlite3.Connection, req: RankRequest, cands: list[Candidate],
 def _entry(p: Profile, c: Candidate, got: dict[BenchTest, measure.TestFigure],
            quality: tuple[float, float | None] | None) -> Entry:
     ppl, kl = quality or (None, None)
+    short = _too_short(p, c)
+    if short:
+        return Entry(c, p, [], measure.PREDICTED, None, None, short, ppl, kl)
     depths, bases = [], set()
     for d in p.depths:
         pp = got.get(BenchTest(p.prompt_tokens, 0, d))
