@@ -224,3 +224,37 @@ def test_sustained_reports_timeline_and_drop(home: Path) -> None:
     assert times == sorted(times) and times[-2] < 3.0  # the last step started in time
     assert s["first_tps"] > 0 and s["last_tps"] > 0 and s["drop"] is not None
     assert s["throttled"] in (True, False, None)  # the telemetry verdict, whatever it is here
+
+
+def test_every_pair_and_test_is_checked_before_the_first_measurement(tmp_path: Path) -> None:
+    """A GGUF torch cannot take (qwen3moe: no transformers class from a GGUF) next to one
+    it can: that pair is skipped with why, everything else measured, exit 0 (it used to
+    fail the run after the first model's tests); alone, nothing runs (exit 2, no roofline
+    taken); a test past a model's context is refused before anything runs."""
+    from strata.models.source import resolve
+    from tests.seed_host import seed_host
+
+    seed_host(tmp_path)  # this host's roofline already stored: no measurement of it here
+    ok = "synthetic:tiny@q8_0"
+    moe = tmp_path / "moe.gguf"  # the file alone: no Hugging Face copy beside it
+    moe.write_bytes(Path(resolve("synthetic:tiny-moe@q8_0").path("gguf", "llamacpp"))
+                    .read_bytes())
+    proc = run_cli("bench", ok, str(moe), "-B", "llamacpp,torch", "-p", "none", "-n", "4",
+                   "-r", "1", "-o", "json", home=tmp_path, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    ran = {(r["model_filename"], r["backend"]) for r in json.loads(proc.stdout)}
+    assert ran == {(ok, "llamacpp"), (ok, "torch"), (str(moe), "llamacpp")}, ran
+    assert f"skipped {moe} on torch: strata's GGUF loader for torch does not run qwen3moe" \
+        in proc.stderr, proc.stderr
+    alone = tmp_path / "alone"
+    proc = run_cli("bench", str(moe), "-B", "torch", "-p", "none", "-n", "4", home=alone,
+                   timeout=120)
+    assert proc.returncode == 2 and "qwen3moe" in proc.stderr, proc.stderr
+    assert not (alone / "strata.db").exists() or sqlite3.connect(alone / "strata.db").execute(
+        "SELECT COUNT(*) FROM measurements").fetchone()[0] == 0
+    proc = run_cli("bench", ok, "-B", "llamacpp", "-d", "4096", "-p", "16", "-n", "none",
+                   home=tmp_path, timeout=120)
+    line = proc.stderr.strip()
+    assert proc.returncode == 2 and len(line.splitlines()) == 1, proc.stderr
+    assert "pp16 @ d4096 needs 4,112 tokens of context but synthetic:tiny@q8_0 holds 2,048" \
+        in line, line

@@ -145,6 +145,9 @@ class BackendDescriptor:
     # A quick check (well under a second) that the backend can run at all, made before bench
     # spends time on the host's roofline; raises InputError with what to do.
     preflight: Callable[[], None] | None = None
+    # Can it take this model (architecture, storage types), judged from the metadata alone
+    # without loading anything: why not, or None (bench.checks skips a pair it refuses).
+    check: Callable[[Any], str | None] | None = None
 
     def __post_init__(self) -> None:
         unknown = set(self.options) - set(LOAD_FIELDS)

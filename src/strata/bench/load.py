@@ -49,9 +49,10 @@ from typing import Any
 
 from strata.backends import create
 from strata.backends.base import BackendUnavailable, RunRequest, RunTrace
+from strata.bench.checks import incompatible
 from strata.bench.metrics import NS, RunMetrics, compute, generated
 from strata.bench.plan import BenchConfig, Job, plan
-from strata.bench.runner import Events, Outcome, _incompatible
+from strata.bench.runner import Events, Outcome
 from strata.bench.scenario import BenchTest
 from strata.errors import StrataError
 from strata.measure.stats import summarize
@@ -397,7 +398,7 @@ class LoadRunner:
 
     def _run_job(self, job: Job, model: ResolvedModel, out: Outcome) -> None:
         what = f"{job.model} on {job.backend}"
-        reason = _incompatible(model, job.backend)
+        reason = incompatible(model, job.backend)
         if reason:
             out.skipped.append((what, reason))
             self.events.skipped(what, reason)

@@ -17,6 +17,7 @@ from typing import Any
 
 from strata.backends import ACCEPTS, create, describe
 from strata.backends.base import Backend, BackendUnavailable, RunRequest, RunTrace
+from strata.bench.checks import refused_pairs
 from strata.bench.explain import explain
 from strata.bench.metrics import RunMetrics, compute, generated
 from strata.bench.peaks import achieved_figures
@@ -86,19 +87,22 @@ class Runner:
         self.update = update or (lambda _r: None)
         self._explained: list[_Explained] = []
 
-    def run(self, models: dict[str, ResolvedModel]) -> Outcome:
+    def run(self, models: dict[str, ResolvedModel],
+            refused: dict[tuple[str, str], str] | None = None) -> Outcome:
+        """Every job of the plan but the `refused` pairs (bench.checks: skipped, with why,
+        before the first test runs)."""
         out = Outcome()
+        refused = refused if refused is not None else refused_pairs(self.config, models)
+        for (m, b), why in refused.items():
+            self._skip(out, f"{m} on {b}", why)
         for job in plan(self.config):
-            self._run_job(job, models[job.model], out)
+            if (job.model, job.backend) not in refused:
+                self._run_job(job, models[job.model], out)
         return out
 
     # -- one model load --------------------------------------------------------------------
     def _run_job(self, job: Job, model: ResolvedModel, out: Outcome) -> None:
         what = f"{job.model} on {job.backend}"
-        reason = _incompatible(model, job.backend)
-        if reason:
-            self._skip(out, what, reason)
-            return
         try:
             backend = create(job.backend)
             self.events.job_started(job)
@@ -273,23 +277,6 @@ def _spec(model: ResolvedModel, backend: str) -> Any:
     as safetensors)."""
     fmt = next((f for f in ACCEPTS.get(backend, ()) if f in model.artefacts), None)
     return (model.spec_for(fmt) if fmt else None) or model.spec
-
-
-_KINDS = {"hf": "a Hugging Face directory", "gguf": "a GGUF file",
-          "endpoint": "an endpoint (a server)"}
-
-
-def _incompatible(model: ResolvedModel, backend: str) -> str | None:
-    accepts = ACCEPTS.get(backend, ())
-    # a model a server runs (an endpoint, ollama:NAME) is an endpoint besides its files
-    have = tuple(model.artefacts) + (("endpoint",) if model.endpoint else ())
-    if not set(accepts) & set(have):
-        others = [name for name, forms in ACCEPTS.items() if set(forms) & set(have)]
-        hint = f" (-B {','.join(others)} can run it)" if others else ""
-        kind = _KINDS.get(model.kind, f"a {model.kind} model")
-        return (f"the {backend} backend needs a {' or '.join(accepts)} model; "
-                f"{model.ref} is {kind}{hint}")
-    return None
 
 
 def _offload_notes(job: Job, info: dict[str, Any]) -> list[str]:

@@ -15,6 +15,7 @@ from typing import Any
 from rich.console import Console
 
 from strata.backends import describe
+from strata.bench.checks import check_contexts, refused_pairs
 from strata.bench.load import LoadBenchConfig, LoadRunner
 from strata.bench.plan import BenchConfig
 from strata.bench.records import record
@@ -108,6 +109,11 @@ def run_sweep(conn: sqlite3.Connection, config: BenchConfig, console: Console, *
     so the caller prints them before the error. `console` takes the host probe's and the
     run's own lines (stderr in the CLI)."""
     models = resolve_all(config)  # bad paths and damaged files fail here, in seconds
+    check_contexts(config, models)  # a test past a model's context: before anything runs
+    refused = refused_pairs(config, models)  # pairs a backend cannot take: skipped first
+    if len(refused) == len(config.models) * len(config.backends):  # nothing can run
+        return BenchOutcome(0, "complete", [], [(f"{m} on {b}", why)
+                                              for (m, b), why in refused.items()])
     host = this_host(conn, console)
     profile, fingerprint = host.profile, host.fingerprint
     check_fits(models, profile, config)  # before spending time on the roofline
@@ -142,7 +148,8 @@ def run_sweep(conn: sqlite3.Connection, config: BenchConfig, console: Console, *
                 outcome = Runner(config, roof, store, events,
                                  profile.cpu.last_level_cache_bytes(),
                                  peaks=host.peak_keeper(roof),
-                                 update=lambda r: update_explanation(conn, r)).run(models)
+                                 update=lambda r: update_explanation(conn, r)).run(models,
+                                                                                   refused)
         status = "complete"
     except KeyboardInterrupt:
         status = "incomplete"  # Ctrl-C: keep what finished, say so, print it

@@ -141,8 +141,28 @@ def _window_cells(spec: ModelSpec, shape: Shape, _swa_full: bool) -> int | None:
 SCORING = Scoring(config=lambda ctx: LoadConfig(n_ctx=ctx, device="cpu"),
                   form=lambda model: model)
 
+def _check(model: ResolvedModel) -> str | None:
+    """From the GGUF's metadata: an architecture strata declares, and a lab op for every
+    matrix's storage type (BF16 is widened to F32 as it is read)."""
+    from strata.lab.plan import LINEAR_OPS
+    from strata.models import arch
+
+    spec = model.spec_for("gguf") or model.spec
+    if spec is None:
+        return None
+    if arch.find(spec.arch) is None:
+        return (f"-B lab runs the {', '.join(arch.names())} architectures, not {spec.arch} "
+                "(--backend llamacpp runs it)")
+    kinds = sorted({t.dtype for t in spec.tensors if len(t.shape) >= 2
+                    and not t.name.endswith(".bias")} - set(LINEAR_OPS) - {"BF16"})
+    if kinds:
+        return (f"no lab op multiplies {', '.join(kinds)} weights yet (strata fit MODEL -B "
+                "lab lists what is missing; --backend llamacpp runs it)")
+    return None
+
+
 DESCRIPTOR = BackendDescriptor(
     name="lab", factory="strata.backends.lab:LabBackend", accepts=("gguf",),
     help="GGUF on the kernel lab's verified kernels, weights as stored", order=30,
     options=("threads", "device", "n_ctx"), device=_device, fit=_fit, scoring=SCORING,
-    auto=False)
+    auto=False, check=_check)

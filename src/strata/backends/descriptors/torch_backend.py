@@ -87,7 +87,23 @@ def _gguf_first(model: ResolvedModel) -> ResolvedModel:
 SCORING = Scoring(config=lambda _ctx: LoadConfig(device="cpu", dtype="float32"),
                   form=_gguf_first)
 
+def _check(model: ResolvedModel) -> str | None:
+    """A GGUF (and no Hugging Face copy) whose architecture strata's GGUF loader for torch
+    cannot map onto a transformers class (strata.models.gguf_torch.ARCHS' rule)."""
+    if "hf" in model.artefacts or "gguf" not in model.artefacts:
+        return None
+    from strata.models import arch
+
+    spec = model.spec_for("gguf") or model.spec
+    found = arch.find(spec.arch) if spec is not None else None
+    if spec is None or (found is not None and found.model_type and found.experts != "always"):
+        return None
+    return (f"strata's GGUF loader for torch does not run {spec.arch} (no transformers class "
+            "for it from a GGUF); --backend llamacpp runs it")
+
+
 DESCRIPTOR = BackendDescriptor(
     name="torch", factory="strata.backends.torch_backend:TorchBackend", accepts=("hf", "gguf"),
     help="Hugging Face dir or GGUF through PyTorch/transformers", order=20,
-    options=("threads", "device", "dtype"), device=_device, fit=_fit, scoring=SCORING)
+    options=("threads", "device", "dtype"), device=_device, fit=_fit, scoring=SCORING,
+    check=_check)
