@@ -61,6 +61,7 @@ def bench(**params: Any) -> None:
     from strata.commands.bench import print_outcome, run_bench
     from strata.views.console import set_progress
 
+    refuse_llama_bench_only(params)
     fmt, list_presets, db = params.pop("fmt"), params.pop("list_presets"), params.pop("db")
     fmt = with_json(fmt, params.pop("json_out"))
     progress = params.pop("progress")
@@ -91,8 +92,46 @@ def _failure(exc: BaseException) -> BaseException:
     return StrataError(f"bench stopped: {type(exc).__name__}: {exc}")
 
 
+# llama-bench flags strata does not take: accepted by the parser (hidden) so that each is
+# refused by name, never misparsed (-nkvo would read as -n kvo), with why.
+LLAMA_BENCH_ONLY: dict[tuple[str, ...], str] = {
+    ("-mmp", "--mmap"): "strata's llama.cpp backend always maps the file",
+    ("-nkvo", "--no-kv-offload"): "the KV cache follows -ngl's layers",
+    ("-sm", "--split-mode"): "strata runs on one device per backend",
+    ("-mg", "--main-gpu"): "strata runs on one device per backend (--device for torch)",
+    ("-ts", "--tensor-split"): "strata runs on one device per backend",
+    ("-ot", "--override-tensor"): "no per-tensor placement",
+    ("-ncmoe", "--n-cpu-moe"): "strata fit plans expert offload; bench does not place it",
+    ("-cmoe", "--cpu-moe"): "strata fit plans expert offload; bench does not place it",
+    ("--numa",): "no NUMA policy",
+    ("-C", "--cpu-mask"): "no CPU affinity mask",
+    ("--cpu-strict",): "no CPU affinity mask",
+    ("--poll",): "no polling level",
+    ("--prio",): "no process priority",
+    ("-rpc", "--rpc"): "no RPC backend (strata ring spreads a model over machines)",
+    ("-embd", "--embeddings"): "bench measures generation",
+}
+
+
+def _hidden(names: tuple[str, ...]) -> inspect.Parameter:
+    return inspect.Parameter(_param(names), inspect.Parameter.KEYWORD_ONLY, default=None,
+                             annotation=Annotated[str | None, Opt(*names, hidden=True)])
+
+
+def _param(names: tuple[str, ...]) -> str:
+    return "llama_bench_" + names[-1].lstrip("-").replace("-", "_")
+
+
+def refuse_llama_bench_only(params: dict[str, Any]) -> None:
+    for names, why in LLAMA_BENCH_ONLY.items():
+        if params.pop(_param(names)) is not None:
+            raise InputError(f"{'/'.join(names)}: a llama-bench option not supported by "
+                             f"strata ({why}); leave it out")
+
+
 # The flags are spelled once, in BenchFlags; the command's own are added here.
 bench.__signature__, bench.__annotations__ = command_signature(BenchFlags, [  # type: ignore
+    *(_hidden(names) for names in LLAMA_BENCH_ONLY),
     inspect.Parameter("fmt", inspect.Parameter.KEYWORD_ONLY, default="table", annotation=Annotated[
         str, Opt("--format", "-o", metavar="FORMAT", rich_help_panel="Output",
                  help=f"{', '.join(FORMATS_HELP)}.")]),

@@ -107,6 +107,7 @@ def check_bench_flags(args: list[str]) -> None:
     resolving the model (it only has to exist on the members)."""
     from typer.exceptions import TyperException
 
+    from strata.cli.bench import refuse_llama_bench_only
     from strata.commands.bench_options import BenchFlags, build_config
     from strata.ring.control.fleet import MEMBER_FLAGS
 
@@ -121,6 +122,7 @@ def check_bench_flags(args: list[str]) -> None:
         raise InputError(f"bench flags: {exc.format_message()} (see 'strata bench "
                          "--help')") from None
     params = dict(ctx.params)
+    refuse_llama_bench_only(params)
     for own in ("fmt", "json_out", "list_presets", "progress", "db"):
         params.pop(own, None)  # the member sets these; fleet's -o/--json/--db are its own
     build_config(BenchFlags(**params))
