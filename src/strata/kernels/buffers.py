@@ -230,11 +230,12 @@ class TimedOutputChecker:
         from strata.kernels.spec import Tolerance
 
         params = self.spec.params_for(self.shape)
-        tol = self.spec.tolerance(self.dtype)
+        tol = self.spec.tolerance_for(self.dtype, slot.inputs)
         if self.spec.flops(self.shape) <= ORACLE_FLOPS:
             return oracle(self.spec, slot.inputs, params), tol
         ref = self.spec.vendor()(*slot.inputs, **params)
-        return ref, Tolerance(tol.atol * VENDOR_TOL_FACTOR, tol.rtol * VENDOR_TOL_FACTOR)
+        return ref, Tolerance(tol.atol * VENDOR_TOL_FACTOR, tol.rtol * VENDOR_TOL_FACTOR,
+                              tol.floor)
 
     def _wanted(self, force: bool) -> bool:
         if force or (self.spec.flops(self.shape) <= VENDOR_FLOPS and \

@@ -63,7 +63,10 @@ def allowed_error(ref: Any, tol: Tolerance) -> Any:
 
     finite = ref[torch.isfinite(ref)]
     rms = float(finite.pow(2).mean().sqrt()) if finite.numel() else 1.0
-    return tol.atol * max(1.0, rms) + tol.rtol * ref.abs()
+    allowed = tol.atol * max(1.0, rms) + tol.rtol * ref.abs()
+    if tol.floor is not None:
+        allowed = allowed + tol.floor.detach().to("cpu", torch.float64).reshape(ref.shape)
+    return allowed
 
 
 def compare(out: Any, ref: Any, tol: Tolerance) -> Failure | None:

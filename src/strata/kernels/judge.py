@@ -165,6 +165,7 @@ class Verifier:
                 ref = oracle(spec, raw, params)
             outs.append((fill, nthreads, out.view))
         first = outs[0][2]
+        tol = spec.tolerance_for(dtype, raw)
 
         def right_again(fill: str, nthreads: int | None) -> bool:
             """One more call in the given conditions: a cause is named only when the
@@ -173,12 +174,12 @@ class Verifier:
             buffers.prefill(out, fill, earlier[1] if earlier else None)
             with self.threads.limit(nthreads):
                 self.kernel.bind(out, inputs, params)()
-            return checks.compare(out, ref, spec.tolerance(dtype)) is None
+            return checks.compare(out, ref, tol) is None
 
         failure = (checks.unchanged_inputs(raw, inputs, spec.inputs)
                    or self._stale(first, ref, earlier)
                    or checks.constant_output(first, ref)
-                   or self._judge_calls(outs, ref, spec.tolerance(dtype), right_again))
+                   or self._judge_calls(outs, ref, tol, right_again))
         if failure is not None and clause is not None:
             failure.message = f"clause {clause.name} ({clause.text}): {failure.message}"
         previous[key] = (first.detach().clone(), ref)

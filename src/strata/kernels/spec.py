@@ -18,10 +18,12 @@ Tensors = list[Any]  # torch tensors; torch is imported lazily (docs/architectur
 
 @dataclass(frozen=True)
 class Tolerance:
-    """|out - ref| <= atol + rtol*|ref|, elementwise."""
+    """|out - ref| <= atol + rtol*|ref| (+ floor), elementwise."""
 
     atol: float
     rtol: float
+    # per element, what the op's own numerics leave open (KernelSpec.slack of the inputs)
+    floor: Any = field(default=None, compare=False)
 
 
 # Distributions the generator cycles through by seed: kernels that only work for
@@ -86,6 +88,10 @@ class KernelSpec:
     # dispatch checks against the shapes an external kernel was verified at. Reads only
     # tensor shapes, except attention_cached's P (pos[0], omitted on the meta device).
     dims: Callable[..., Shape] | None = None
+    # (*inputs) -> per-element absolute error the reference's own numerics leave open at
+    # float32, added to atol/rtol (gelu_mul: the fp16 step of a subnormal GELU times b);
+    # None: atol/rtol say it all
+    slack: Callable[..., Any] | None = None
 
     def params_for(self, shape: Shape) -> dict[str, Any]:
         """Params for one shape (attention's scale depends on the head dim)."""
@@ -94,6 +100,13 @@ class KernelSpec:
 
     def tolerance(self, dtype: str) -> Tolerance:
         return self.tolerances.get(dtype, DEFAULT_TOLERANCES["float32"])
+
+    def tolerance_for(self, dtype: str, inputs: Any) -> Tolerance:
+        """The dtype's tolerance, plus the per-element slack these inputs call for."""
+        tol = self.tolerance(dtype)
+        if self.slack is None or dtype != "float32":
+            return tol
+        return Tolerance(tol.atol, tol.rtol, self.slack(*inputs))
 
     def vendor(self) -> Callable[..., Any]:
         return self.eager or self.reference

@@ -272,7 +272,7 @@ class ShapeBench:
         if out.numel() > CHECK_MAX_ELEMENTS:
             return None
         ref = oracle(self.spec, inputs, self.params)
-        failure = checks.compare(out, ref, self.spec.tolerance(self.dtype))
+        failure = checks.compare(out, ref, self.spec.tolerance_for(self.dtype, inputs))
         return f"{failure.reason}: {failure.message}" if failure else None
 
     def candidate(self, kernel: RemoteKernel, untimed: str | None) -> dict[str, Any]:

@@ -7,6 +7,15 @@ gives a; otherwise a is rounded to fp16, its GELU computed in float32 and rounde
 so `-B lab` matches llama.cpp's logits; a kernel evaluating the unrounded formula is off by up
 to one fp16 step of the GELU (2⁻¹¹ relative), which the tolerance admits only for rounding
 ties: rtol 1e-3.
+
+Below a ≈ -4.5 the GELU is an fp16 subnormal (steps of 2⁻²⁴, a large part of the value), and
+1 + tanh(u) is a float32 cancellation near -1 whose result is a multiple of tanh's ulp: any
+float32 evaluation (ggml's tanhf, torch's, a vectorised exp) lands a few such quanta apart,
+each 2⁻²⁴·|x| after the ½x. The slack admits that, times |b|: (1 + |x|)·2⁻²³·|b| per
+element (x = a clamped to ±10) — 6.6e-7·|b| at a = -4.5, where the GELU is 5.1e-6: a kernel
+that drops the tail from there on is still wrong; beyond a ≈ -5 (GELU 2.3e-7) the tail is
+below float32's own resolution of 1 + tanh and no check can see it. Heavy-tailed b (|b| up
+to ~250) made the fixed atol fail a correct kernel now and then.
 """
 
 import math
@@ -37,6 +46,12 @@ def _reference(a, b):
     return (ggml_gelu(a) * b.float()).to(a.dtype)
 
 
+def _slack(a, b):
+    """The float32 evaluations' spread of the subnormal GELU, times |b| (module docstring)."""
+    x = a.float().clamp(-10.0, 10.0).abs()
+    return (1.0 + x) * 2.0 ** -23 * b.float().abs()
+
+
 SPEC = register(KernelSpec(
     name="gelu_mul",
     summary="gelu(a) * b (GeGLU gate, ggml's fp16-rounded tanh GELU)",
@@ -50,6 +65,7 @@ SPEC = register(KernelSpec(
     dims=dims_of(rows=(1, 0), cols=(1, 1)),
     clauses=CLAUSES,
     shapes=SHAPES,
+    slack=_slack,
     tolerances={"float32": Tolerance(1e-6, 1e-3), "bfloat16": Tolerance(2e-2, 2e-2),
                 "float16": Tolerance(2e-3, 2e-3)},
 ))
