@@ -411,3 +411,20 @@ def test_default_run_time_on_smollm2(tmp_path: Path, capsys: pytest.CaptureFixtu
               f"{r['n_chunks']} chunks, {r['n_tokens']} tokens scored): {seconds:.1f} s wall, "
               f"{r['time_s']:.1f} s load + scoring; PPL {r['ppl']:.1f} ± {r['ppl_sd']:.1f}")
 
+
+
+def test_both_prints_what_it_measured_before_the_backend_that_failed(tmp_path: Path) -> None:
+    """-B both on a GGUF torch cannot load (qwen3moe): llama.cpp's perplexity is printed
+    (and stored), then torch's refusal, exit 2 (it used to be computed and never shown)."""
+    from strata.models.source import resolve
+
+    moe = tmp_path / "moe.gguf"
+    moe.write_bytes(Path(resolve("synthetic:tiny-moe@q8_0").path("gguf", "llamacpp"))
+                    .read_bytes())
+    proc = run_cli("quality", str(moe), "-B", "both", "--ctx", "64", "--max-chunks", "1",
+                   "-o", "json", home=tmp_path, timeout=300)
+    assert proc.returncode == 2, proc.stderr
+    [shown] = json.loads(proc.stdout)
+    assert shown["backend"] == "llamacpp" and shown["ppl"] > 1
+    assert proc.stderr.strip().splitlines()[-1].startswith("error: ")
+    assert "qwen3moe" in proc.stderr

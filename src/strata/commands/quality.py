@@ -78,10 +78,17 @@ def quality_main(model: str, ref: str | None, text: Path | None, ctx: int, backe
                  max_chunks: int, json_out: bool, conn: sqlite3.Connection, out: Console,
                  err: Console, fmt: str | None = None) -> list[QualityResult]:
     """What the CLI command calls: run, store, print (fmt, else json_out: json or table)."""
+    from strata.quality.stored import Partial
+
     config = QualityConfig(model=model, ref=ref, text=text, ctx=ctx, backend=backend,
                            max_chunks=max_chunks)
-    results = run_quality_command(conn, config, err)
-    print_results(results, fmt or ("json" if json_out else "table"), out, err)
+    chosen = fmt or ("json" if json_out else "table")
+    try:
+        results = run_quality_command(conn, config, err)
+    except Partial as part:  # what was measured is printed before the failure is reported
+        print_results(part.results, chosen, out, err)
+        raise part.error from None
+    print_results(results, chosen, out, err)
     return results
 
 

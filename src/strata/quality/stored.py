@@ -28,19 +28,34 @@ def quiet(_what: str, _total: int) -> tuple[AbstractContextManager[Any], Progres
     return nullcontext(), None
 
 
+class Partial(Exception):
+    """A later backend failed after earlier ones were scored and stored: their results,
+    to print before the error (`error`, what the user sees)."""
+
+    def __init__(self, results: list[QualityResult], error: BaseException) -> None:
+        super().__init__(str(error))
+        self.results, self.error = results, error
+
+
 def score_and_store(conn: sqlite3.Connection, config: QualityConfig, console: Console,
                     progress: ScoreProgress = quiet) -> list[QualityResult]:
-    """One result per backend, stored; `console` takes the host probe's lines."""
+    """One result per backend, stored; `console` takes the host probe's lines. A backend
+    that fails after another was scored raises Partial (with what was scored)."""
     from strata.host import this_host
 
     prepared = prepare(config)
     fingerprint = this_host(conn, console).fingerprint
-    results = []
+    results: list[QualityResult] = []
     for backend in prepared.backends:
         held, step = progress(f"{config.name or config.model} · {backend}: chunks of {config.ctx}",
                               prepared.plan.n_chunks)
-        with held:
-            result = run_quality(prepared, backend, progress=step)
+        try:
+            with held:
+                result = run_quality(prepared, backend, progress=step)
+        except Exception as exc:
+            if results:
+                raise Partial(results, exc) from exc
+            raise
         if prepared.ref is not None:
             others = [b for b in prepared.backends if b != backend]
             ratio = decode_speed_ratio(conn, fingerprint, prepared.model.ref, prepared.ref.ref,
