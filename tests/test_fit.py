@@ -505,3 +505,17 @@ def test_without_a_roofline_the_prediction_says_what_to_run(tmp_path: Path) -> N
     assert any("strata probe --measure" in why for why in report["prediction_absent"])
     assert report["devices"][0]["device"] == "cpu" and report["rules"]
     assert report["fingerprint"]  # the host was probed (and nothing stored: fit only reads)
+
+
+def test_fit_says_cannot_run_before_any_plan(tmp_path: Path) -> None:
+    """-B lab on Q3_K weights (no lab op multiplies them): one line saying so, exit 2 —
+    not "fits" with a predicted t/s and the missing kernels at the end."""
+    proc = run_cli("fit", "synthetic:tiny-k@q3_k_m", "-B", "lab", home=tmp_path, timeout=120)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+    assert "cannot run on -B lab: no lab op multiplies Q3_K weights yet" in lines[0]
+    assert "fits" not in proc.stdout
+    ok = run_cli("fit", "synthetic:tiny-k@q4_k_m", "-B", "lab", home=tmp_path, timeout=120)
+    assert ok.returncode == 0 and "fits" in ok.stdout, ok.stderr
+    ring = run_cli("ring", "plan", "synthetic:tiny-k@q3_k_m", home=tmp_path, timeout=120)
+    assert ring.returncode == 2 and "ring stages cannot run it with --ops lab" in ring.stderr

@@ -227,6 +227,7 @@ def plan(o: PlanOptions, console: Console) -> RingPlan:
 
     if o.ops not in HELD_DTYPE:
         raise InputError(f"--ops {o.ops}: choose one of {', '.join(HELD_DTYPE)}")
+    _runnable(o.model, o.ops)
     if o.mem_cap is not None:
         _positive("--mem-cap", o.mem_cap)
     given = _given_link(o.link)
@@ -246,6 +247,19 @@ def plan(o: PlanOptions, console: Console) -> RingPlan:
         result.notes += estimate_notes(times, missing, [s.member for s in result.stages],
                                        why)
     return result
+
+
+def _runnable(model: str, ops: str) -> None:
+    """No plan for what the stages cannot run: their ops' own check of the model first (the
+    lab's architectures and storage types; torch's GGUF loader's architectures)."""
+    from strata.backends import describe
+    from strata.models.source import resolve
+
+    check = describe(ops).check
+    resolved = resolve(model)
+    why = check(resolved) if check is not None and resolved.spec is not None else None
+    if why:
+        raise InputError(f"MODEL {model}: ring stages cannot run it with --ops {ops}: {why}")
 
 
 def _given_link(text: str | None) -> Link | None:

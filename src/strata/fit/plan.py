@@ -206,6 +206,12 @@ def check_model(model: ResolvedModel, options: FitOptions) -> None:
         raise InputError(f"MODEL {model.ref}: -B {rules.name} does not run mixture-of-experts "
                          f"models ({s.n_experts} experts, {s.n_experts_used} per token); plan "
                          "it for --backend llamacpp")
+    from strata.backends import describe
+
+    check = describe(rules.name).check
+    why = check(model) if check is not None and s is not None else None
+    if why:  # no plan for what cannot run: no "fits", no predicted t/s
+        raise InputError(f"MODEL {model.ref}: cannot run on -B {rules.name}: {why}")
 
 
 def fit_model(model: ResolvedModel, host: HostProfile, options: FitOptions,

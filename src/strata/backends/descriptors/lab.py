@@ -156,8 +156,8 @@ def _check(model: ResolvedModel) -> str | None:
     kinds = sorted({t.dtype for t in spec.tensors if len(t.shape) >= 2
                     and not t.name.endswith(".bias")} - set(LINEAR_OPS) - {"BF16"})
     if kinds:
-        return (f"no lab op multiplies {', '.join(kinds)} weights yet (strata fit MODEL -B "
-                "lab lists what is missing; --backend llamacpp runs it)")
+        return (f"no lab op multiplies {', '.join(kinds)} weights yet (--backend llamacpp "
+                "runs it)")
     return None
 
 
