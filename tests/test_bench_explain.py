@@ -114,3 +114,33 @@ def test_prompt_flops_amortise_the_head() -> None:
     ex = explain(spec, BenchTest(64, 0), roof, "f16", None, {"prefill_tps": 1.0})
     attention = 4 * 1 * 4 * 16 * 32  # layers x heads x head_dim x mid-prompt context 32
     assert ex.flops_per_prompt_token == pytest.approx(2 * (body + head / 64) + attention)
+
+
+def test_each_phase_is_bound_by_its_lower_roof_and_quantised_weights_use_int8() -> None:
+    """A Q4_K_M Llama-1B: its prompt roof is the int8 peak (llama.cpp's integer dots), not
+    fp32 matmul; every test's bound names the lower of its two roofs, and the ceiling is
+    that roof (a tg16 was once 'compute' with the memory ceiling as ceiling_ts)."""
+    from strata.models.synthetic import parse_ref
+
+    spec = parse_ref("synthetic:llama-3.2-1b@q4_k_m").gguf_spec()  # metadata: nothing written
+    roof = DeviceRoofline("cpu", "x", bandwidth={"triad": Figure(30.0, "m")},
+                          compute={"fp32": Figure(100.0, "m"), "int8": Figure(1000.0, "m")})
+    for test in (BenchTest(0, 16), BenchTest(0, 128), BenchTest(512, 0),
+                 BenchTest(512, 0, depth=4096), BenchTest(8, 0)):
+        ex = explain(spec, test, roof, "f16", None, {})
+        assert ex.compute_dtype == "int8"
+        per_pass = max(1, min(test.n_prompt, 512))
+        if test.kind == "pp":
+            memory = 30e9 * per_pass / ex.bytes_per_token
+            compute = 1000e9 / ex.flops_per_prompt_token
+            ceiling = ex.prefill_ceiling_tps
+        else:
+            memory = 30e9 / ex.bytes_per_token
+            compute = 1000e9 / ex.flops_per_decode_token
+            ceiling = ex.decode_ceiling_tps
+        assert ceiling == pytest.approx(min(memory, compute)), test
+        assert ex.bound == ("memory" if memory < compute else "compute"), test
+    tg = explain(spec, BenchTest(0, 128), roof, "f16", None, {})
+    pp = explain(spec, BenchTest(512, 0), roof, "f16", None, {})
+    assert tg.bound == "memory" and pp.bound == "compute"
+    assert pp.prefill_ceiling_tps > 3 * tg.decode_ceiling_tps  # prompt faster than decode

@@ -30,8 +30,14 @@ KV_BYTES = {"f32": 4.0, "f16": 2.0, "bf16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 3
 
 # Which measured matmul figure bounds prefill for a given weight storage type. Quantised
 # GGUF weights are multiplied with int8 dot products where the CPU has them, else in fp32.
+# The arithmetic a backend runs on weights stored so: llama.cpp and the lab multiply every
+# quantised type by integer dot products against q8 activations (ggml's vec_dot_*_q8_*), so
+# their prompt roof is the int8 peak, not torch's fp32 matmul.
+QUANTISED = ("Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K",
+             "Q8_K", "IQ4_NL", "IQ4_XS", "MXFP4")
 COMPUTE_DTYPE = {"F32": "fp32", "float32": "fp32", "F16": "fp16", "float16": "fp16",
-                 "BF16": "bf16", "bfloat16": "bf16", "Q8_0": "int8", "Q4_0": "int8"}
+                 "BF16": "bf16", "bfloat16": "bf16", **dict.fromkeys(QUANTISED, "int8")}
+PREFILL_PASS = 512  # tokens a prefill streams the weights once for (llama.cpp's n_ubatch)
 
 
 @dataclass
@@ -40,12 +46,15 @@ class Explanation:
     weight_bytes_per_token: float
     kv_bytes_per_token: float
     flops_per_prompt_token: float
+    flops_per_decode_token: float
     device: str
     bandwidth_gbs: float | None
     compute_dtype: str | None
     compute_gflops: float | None
-    decode_ceiling_tps: float | None = None
-    prefill_ceiling_tps: float | None = None
+    decode_ceiling_tps: float | None = None  # the lower of its memory and compute roofs
+    prefill_ceiling_tps: float | None = None  # likewise
+    decode_bound: str | None = None  # which roof gave decode_ceiling_tps
+    prefill_bound: str | None = None
     decode_eta: float | None = None
     prefill_eta: float | None = None
     bound: str | None = None  # "memory" or "compute" for the test's main phase
@@ -83,11 +92,12 @@ def explain(spec: ModelSpec, test: BenchTest, roof: DeviceRoofline, kv_type: str
     ex = Explanation(bytes_per_token=weights + kv, weight_bytes_per_token=weights,
                      kv_bytes_per_token=kv,
                      flops_per_prompt_token=_prompt_flops(spec, test),
+                     flops_per_decode_token=spec.flops_per_token(int(mid_ctx)),
                      device=roof.device, bandwidth_gbs=roof.peak_bandwidth_gbs(),
                      compute_dtype=dtype, compute_gflops=gflops)
-    _ceilings(ex)
+    _ceilings(ex, test)
     _etas(ex, achieved)
-    ex.bound = _bound(ex, test)
+    ex.bound = ex.prefill_bound if test.kind == "pp" else ex.decode_bound
     if host_load is not None and host_load.busy:
         ex.host_busy, ex.host_busy_share = host_load.verdict, host_load.busy_share
     ex.cache_resident = bool(cache_bytes and ex.bytes_per_token < cache_bytes
@@ -130,11 +140,31 @@ def _prompt_flops(spec: ModelSpec, test: BenchTest) -> float:
     return spec.flops_per_token(test.depth + test.n_prompt // 2, logits_share=1 / n)
 
 
-def _ceilings(ex: Explanation) -> None:
-    if ex.bandwidth_gbs:
-        ex.decode_ceiling_tps = ex.bandwidth_gbs * 1e9 / ex.bytes_per_token
-    if ex.compute_gflops:
-        ex.prefill_ceiling_tps = ex.compute_gflops * 1e9 / ex.flops_per_prompt_token
+def _ceilings(ex: Explanation, test: BenchTest) -> None:
+    """Each phase's ceiling is the lower of its two roofs, and its bound names that roof:
+    decode reads every weight per token (memory: bandwidth ÷ bytes per token; compute:
+    FLOP/s ÷ FLOPs per token); prefill streams the weights and the cache once per pass of
+    up to PREFILL_PASS tokens (memory: a tiled attention reads the cache once for all the
+    pass's queries), and does its FLOPs per prompt token (compute). A ceiling with one roof
+    unmeasured is the other's."""
+    bw = ex.bandwidth_gbs * 1e9 if ex.bandwidth_gbs else None
+    flops = ex.compute_gflops * 1e9 if ex.compute_gflops else None
+    per_pass = max(1, min(test.n_prompt, PREFILL_PASS))
+    prefill_bytes = ex.bytes_per_token / per_pass
+    ex.decode_ceiling_tps, ex.decode_bound = _lower(
+        bw / ex.bytes_per_token if bw else None,
+        flops / ex.flops_per_decode_token if flops and ex.flops_per_decode_token else None)
+    ex.prefill_ceiling_tps, ex.prefill_bound = _lower(
+        bw / prefill_bytes if bw and prefill_bytes else None,
+        flops / ex.flops_per_prompt_token if flops and ex.flops_per_prompt_token else None)
+
+
+def _lower(memory: float | None, compute: float | None) -> tuple[float | None, str | None]:
+    roofs = [(v, name) for v, name in ((memory, "memory"), (compute, "compute")) if v]
+    if not roofs:
+        return None, None
+    value, name = min(roofs)
+    return value, name if len(roofs) == 2 else None
 
 
 def _etas(ex: Explanation, achieved: dict[str, float | None]) -> None:
@@ -143,16 +173,6 @@ def _etas(ex: Explanation, achieved: dict[str, float | None]) -> None:
         ex.decode_eta = dec / ex.decode_ceiling_tps
     if pre and ex.prefill_ceiling_tps:
         ex.prefill_eta = pre / ex.prefill_ceiling_tps
-
-
-def _bound(ex: Explanation, test: BenchTest) -> str | None:
-    """Arithmetic intensity of the test's main phase vs the device's ridge point."""
-    if not (ex.bandwidth_gbs and ex.compute_gflops):
-        return None
-    ridge = ex.compute_gflops / ex.bandwidth_gbs  # FLOP per byte
-    tokens_per_weight_pass = test.n_prompt if test.kind == "pp" else 1
-    intensity = ex.flops_per_prompt_token * tokens_per_weight_pass / ex.bytes_per_token
-    return "compute" if intensity >= ridge else "memory"
 
 
 # A test competing with other processes for share s of all CPUs keeps roughly 1 - s of them:

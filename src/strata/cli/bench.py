@@ -37,15 +37,16 @@ def bench(**params: Any) -> None:
     [bold]What the figures mean[/bold]
       t/s      mean ± SD of n timed repetitions (n=1: no SD; ! marks SD > mean)
       ceiling  the t/s this host's measured roofline allows for this model and
-               test. Decode (tg, pp+tg): measured memory bandwidth ÷ bytes
-               read per token (weights as stored + KV cache). Prefill (pp):
-               measured matmul FLOP/s ÷ FLOPs per prompt token.
+               test: the lower of two roofs. Memory: bandwidth ÷ bytes read per
+               token (weights as stored + KV cache; a prefill pass of up to 512
+               tokens reads them once). Compute: the peak of the arithmetic the
+               backend runs (int8 dot products for quantised weights on
+               llama.cpp and lab, else the weights' float type) ÷ FLOPs per
+               token.
       η        efficiency: measured t/s ÷ ceiling. 1 is the roofline; below
                0.4 is flagged (slow path, offload, throttling, busy host);
                above 1.05 means the byte/FLOP model or the peak is wrong.
-      bound    the resource that limits the test's main phase: memory (bytes
-               per token) or compute (FLOPs), from its FLOPs per byte against
-               the host's ridge point (peak FLOP/s ÷ bandwidth).
+      bound    the roof that gives the ceiling: memory or compute.
 
     Exit status: 0 done (skipped pairs listed), 1 a test failed (results finished
     before it are printed and kept), 2 bad input or nothing ran, 130 interrupted
