@@ -79,7 +79,9 @@ def test_token_counts_agree_across_all_three_backends(home: Path, tiny_server: s
 def test_formats(home: Path) -> None:
     md = _bench(home, TINY, "-B", "llamacpp", "-p", "8", "-n", "none", "-r", "1", "-o", "md")
     assert md.returncode == 0, md.stderr
-    assert md.stdout.startswith("| model_filename |") and "pp8" in md.stdout
+    # llama-bench's markdown: its columns and "mean ± sd", strata's η and bound after
+    assert md.stdout.startswith("| model | size | params | backend | threads | test | t/s |")
+    assert "pp8" in md.stdout and " GiB |" in md.stdout
     csv = _bench(home, TINY, "-B", "llamacpp", "-p", "8", "-n", "none", "-r", "1", "-o", "csv")
     header = csv.stdout.splitlines()[0].split(",")
     assert {"model_filename", "n_prompt", "avg_ts", "stddev_ts", "eta"} <= set(header)

@@ -208,3 +208,20 @@ def test_llama_bench_only_flags_are_refused_by_name(tmp_path: Path,
     assert proc.returncode == 2 and len(lines) == 1, proc.stderr
     assert args[0] in lines[0] and "a llama-bench option not supported by strata" in lines[0]
     assert not (tmp_path / "strata.db").exists()  # refused before anything ran
+
+
+def test_md_is_llama_benchs_layout() -> None:
+    """model | size | params | backend | threads | test | t/s with "mean ± sd", as
+    llama-bench's markdown printer writes them (GiB and B with two decimals), strata's η,
+    bound and n after."""
+    from strata.store.export import FORMATS
+
+    rec = {"model_type": "llama 1B Q4_K - Medium", "model_size": 807_690_240,
+           "model_n_params": 1_235_814_400, "backend": "llamacpp", "n_threads": 2,
+           "test": "pp512", "avg_ts": 120.304, "stddev_ts": 1.196, "n": 3, "eta": 0.4123,
+           "bound": "compute"}
+    head, rule, row = FORMATS["md"]([rec]).splitlines()
+    assert head == "| model | size | params | backend | threads | test | t/s | η | bound | n |"
+    assert row == ("| llama 1B Q4_K - Medium | 0.75 GiB | 1.24 B | llamacpp | 2 | pp512 | "
+                   "120.30 ± 1.20 | 0.41 | compute | 3 |")
+    assert rule.startswith("| --- | ---: | ---: | --- | ---: |")

@@ -73,9 +73,10 @@ def test_thread_sweep_has_a_threads_column_in_table_md_csv_and_html(swept_home: 
     assert [(r["threads"], r["test"]) for r in table] == [
         ("1", "pp8"), ("1", "tg4"), ("2", "pp8"), ("2", "tg4")]
     md = _md_rows(_bench(swept_home, "-t", "1,2", "-o", "md"))
-    assert [(r["n_threads"], r["test"]) for r in md] == [
+    assert [(r["threads"], r["test"]) for r in md] == [
         ("1", "pp8"), ("1", "tg4"), ("2", "pp8"), ("2", "tg4")]
     assert "n_batch" not in md[0] and "type_k" not in md[0]  # only what was swept
+    assert all(re.fullmatch(r"[\d.]+( ± [\d.]+)?( !)?", r["t/s"]) for r in md), md
     rows = list(csv.DictReader(io.StringIO(_bench(swept_home, "-t", "1,2", "-o", "csv"))))
     assert [r["n_threads"] for r in rows] == ["1", "1", "2", "2"]
     html = _html_rows(swept_home)  # the three runs above, one column rule
@@ -88,7 +89,8 @@ def test_unswept_run_has_no_setting_columns(plain_home: Path) -> None:
     table = _table_rows(_bench(plain_home))
     assert list(table[0])[:3] == ["model", "backend", "test"]
     md = _md_rows(_bench(plain_home, "-o", "md"))
-    assert list(md[0])[:3] == ["model_filename", "backend", "test"]
+    # llama-bench's columns; threads always (as llama-bench shows it for CPU backends)
+    assert list(md[0])[:6] == ["model", "size", "params", "backend", "threads", "test"]
     rows = list(csv.DictReader(io.StringIO(_bench(plain_home, "-o", "csv"))))
     assert rows[0]["n_threads"]  # csv carries every field, swept or not
     assert list(_html_rows(plain_home)[0])[:3] == ["model", "backend", "test"]

@@ -20,8 +20,6 @@ from typing import Any
 from strata.bench.records import setting_text, swept
 
 Record = dict[str, Any]
-MD_LEAD = ("model_filename", "backend")  # then the swept settings, then MD_TAIL
-MD_TAIL = ("test", "avg_ts", "stddev_ts", "eta", "bound", "n")
 SQL_TABLE = "test"  # llama-bench's table name, so both tools' inserts can share a database
 
 
@@ -84,19 +82,54 @@ def md_table(records: list[Record], columns: tuple[str, ...] | list[str],
     return head + rule + rows
 
 
+# llama-bench's md header for a swept setting (its printer's names), by record field
+MD_SETTING = {"n_gpu_layers": "ngl", "n_threads": "threads", "n_batch": "n_batch",
+              "n_ubatch": "n_ubatch", "type_k": "type_k", "type_v": "type_v",
+              "flash_attn": "fa", "device": "device", "dtype": "dtype"}
+
+
 def _md(records: list[Record]) -> str:
-    """llama-bench's layout: a column per setting swept in these records, by field name;
-    host_busy (and the notes) when any result was measured on a busy host, so the mark
-    goes wherever the figure goes."""
-    settings = tuple(name for name, _ in swept(records))
-    counts = tuple(s for s in settings if s.startswith("n_"))  # right-aligned like t/s
-    shown = [{**r, **{s: setting_text(r.get(s)) for s in settings}} for r in records]
-    busy: tuple[str, ...] = ()
+    """llama-bench's markdown: model | size | params | backend | threads | (the other swept
+    settings) | test | t/s ("mean ± sd"), then strata's η, bound and n; host_busy (and the
+    notes) when any result was measured on a busy host, so the mark goes where the figure
+    goes."""
+    settings = ["n_threads", *(n for n, _ in swept(records) if n != "n_threads")]
+    rows = [{"model": r.get("model_type") or r.get("model_filename"),
+             "size": _gib(r.get("model_size")), "params": _billions(r.get("model_n_params")),
+             "backend": r.get("backend"),
+             **{MD_SETTING[n]: setting_text(r.get(n)) for n in settings},
+             "test": r.get("test"), "t/s": _mean_sd(r), "η": _two(r.get("eta")),
+             "bound": r.get("bound"), "n": r.get("n")} for r in records]
+    columns = ["model", "size", "params", "backend", *(MD_SETTING[n] for n in settings),
+               "test", "t/s", "η", "bound", "n"]
     if any(r.get("host_busy") for r in records):
-        busy = ("host_busy", "notes")
-        shown = [{**r, "notes": "; ".join(r.get("notes") or [])} for r in shown]
-    return md_table(shown, MD_LEAD + settings + MD_TAIL + busy,
-                    ("avg_ts", "stddev_ts", "eta", "n", *counts))
+        columns += ["host_busy", "notes"]
+        for row, r in zip(rows, records, strict=True):
+            row.update(host_busy=r.get("host_busy"), notes="; ".join(r.get("notes") or []))
+    numeric = ("size", "params", "threads", "ngl", "n_batch", "n_ubatch", "test", "t/s", "η",
+               "n")
+    return md_table(rows, columns, numeric)
+
+
+def _gib(n: Any) -> str:
+    return "" if n is None else f"{n / 2**30:.2f} GiB"
+
+
+def _billions(n: Any) -> str:
+    return "" if n is None else f"{n / 1e9:.2f} B"
+
+
+def _two(x: Any) -> str:
+    return "" if x is None else f"{x:.2f}"
+
+
+def _mean_sd(r: Record) -> str:
+    mean, sd = r.get("avg_ts"), r.get("stddev_ts")
+    if mean is None:
+        return ""
+    if (r.get("n") or 0) < 2 or sd is None:
+        return f"{mean:.2f}"
+    return f"{mean:.2f} ± {sd:.2f}" + (" !" if sd > mean else "")
 
 
 def md_all(records: list[Record]) -> str:
