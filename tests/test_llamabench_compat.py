@@ -225,3 +225,40 @@ def test_md_is_llama_benchs_layout() -> None:
     assert row == ("| llama 1B Q4_K - Medium | 0.75 GiB | 1.24 B | llamacpp | 2 | pp512 | "
                    "120.30 ± 1.20 | 0.41 | compute | 3 |")
     assert rule.startswith("| --- | ---: | ---: | --- | ---: |")
+
+
+# llama-bench's own `CREATE TABLE test` (llama-bench.cpp's sql printer, its field list)
+LLAMA_BENCH_TABLE = """CREATE TABLE IF NOT EXISTS test (
+  build_commit TEXT, build_number INTEGER, cpu_info TEXT, gpu_info TEXT, backends TEXT,
+  model_filename TEXT, model_type TEXT, model_size INTEGER, model_n_params INTEGER,
+  n_batch INTEGER, n_ubatch INTEGER, n_threads INTEGER, cpu_mask TEXT, cpu_strict INTEGER,
+  poll INTEGER, type_k TEXT, type_v TEXT, n_gpu_layers INTEGER, split_mode TEXT,
+  main_gpu INTEGER, no_kv_offload INTEGER, flash_attn INTEGER, tensor_split TEXT,
+  tensor_buft_overrides TEXT, use_mmap INTEGER, embeddings INTEGER, no_op_offload INTEGER,
+  n_prompt INTEGER, n_gen INTEGER, n_depth INTEGER, test_time TEXT, avg_ns INTEGER,
+  stddev_ns INTEGER, avg_ts REAL, stddev_ts REAL);
+INSERT INTO test (model_filename, n_prompt, n_gen, avg_ts) VALUES ('lb.gguf', 512, 0, 99.5);
+"""
+
+
+def test_sql_appends_to_a_table_llama_bench_made_and_types_come_from_the_schema() -> None:
+    """strata's INSERTs land in llama-bench's `test` table (its columns only), every strata
+    field in `strata_results` beside it; a figure null in every record is still REAL."""
+    import sqlite3
+
+    from strata.store.export import FORMATS
+
+    rec = {"model_filename": "s.gguf", "n_prompt": 16, "n_gen": 0, "n_depth": 0,
+           "avg_ts": 120.5, "stddev_ts": 1.5, "n_threads": 2, "flash_attn": False,
+           "test_time": "2026-12-06T12:00:00Z", "backend": "lab", "eta": 0.4,
+           "ttft_ms": None, "test": "pp16"}
+    db = sqlite3.connect(":memory:")
+    db.executescript(LLAMA_BENCH_TABLE)
+    db.executescript(FORMATS["sql"]([rec]))
+    rows = db.execute("SELECT model_filename, avg_ts, typeof(n_threads) FROM test "
+                      "ORDER BY rowid").fetchall()
+    assert rows == [("lb.gguf", 99.5, "null"), ("s.gguf", 120.5, "integer")]
+    ours = db.execute("SELECT backend, eta, test FROM strata_results").fetchall()
+    assert ours == [("lab", 0.4, "pp16")]
+    types = {row[1]: row[2] for row in db.execute("PRAGMA table_info(strata_results)")}
+    assert types["ttft_ms"] == "REAL" and types["n_threads"] == "INTEGER"

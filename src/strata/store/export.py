@@ -143,14 +143,39 @@ def md_all(records: list[Record]) -> str:
 
 # -- sql: llama-bench's `-o sql` (CREATE TABLE IF NOT EXISTS, then one INSERT per record) -------
 
-def _sql_type(values: list[Any]) -> str:
-    """INTEGER for ints and flags, REAL for floats, TEXT for the rest (as llama-bench)."""
+# llama-bench's own `test` columns that strata's records carry, with the types llama-bench
+# declares (llama-bench.cpp's sql printer: INTEGER for its int fields, REAL for t/s, TEXT
+# otherwise): strata appends to a table llama-bench created, and llama-bench to strata's.
+LLAMA_BENCH_COLUMNS: dict[str, str] = {
+    "build_commit": "TEXT", "build_number": "INTEGER", "cpu_info": "TEXT", "gpu_info": "TEXT",
+    "backends": "TEXT", "model_filename": "TEXT", "model_type": "TEXT",
+    "model_size": "INTEGER", "model_n_params": "INTEGER", "n_batch": "INTEGER",
+    "n_ubatch": "INTEGER", "n_threads": "INTEGER", "type_k": "TEXT", "type_v": "TEXT",
+    "n_gpu_layers": "INTEGER", "flash_attn": "INTEGER", "n_prompt": "INTEGER",
+    "n_gen": "INTEGER", "n_depth": "INTEGER", "test_time": "TEXT", "avg_ns": "INTEGER",
+    "stddev_ns": "INTEGER", "avg_ts": "REAL", "stddev_ts": "REAL"}
+STRATA_SQL_TABLE = "strata_results"  # every field of strata's records, beside llama-bench's
+_INT_SUFFIXES = ("_bytes", "_id", "_count")
+_REAL_SUFFIXES = ("_ts", "_ms", "_s", "_ns", "_share", "_gbs", "_w", "_j", "_c")
+
+
+def _sql_type(column: str, values: list[Any]) -> str:
+    """llama-bench's type where it has the column; else the values' (INTEGER for ints and
+    flags, REAL for numbers, TEXT otherwise), and where every value is null the field's
+    kind by its name (a count, a figure) — never TEXT for a figure that happened to be
+    absent in the first records."""
+    if column in LLAMA_BENCH_COLUMNS:
+        return LLAMA_BENCH_COLUMNS[column]
     present = [v for v in values if v is not None]
     if present and all(isinstance(v, bool | int) for v in present):
         return "INTEGER"
     if present and all(is_number(v) for v in present):
         return "REAL"
-    return "TEXT"
+    if present:
+        return "TEXT"
+    if column.startswith("n_") or column.endswith(_INT_SUFFIXES):
+        return "INTEGER"
+    return "REAL" if column.endswith(_REAL_SUFFIXES) or column == "eta" else "TEXT"
 
 
 def _sql_literal(value: Any) -> str:
@@ -161,18 +186,27 @@ def _sql_literal(value: Any) -> str:
     return "'" + _scalar(value).replace("'", "''") + "'"
 
 
-def _sql(records: list[Record]) -> str:
-    if not records:
-        return ""
-    columns = _columns(records)
-    types = {c: _sql_type([r.get(c) for r in records]) for c in columns}
-    lines = [f"CREATE TABLE IF NOT EXISTS {SQL_TABLE} ("]
+def _sql_table(table: str, columns: list[str], records: list[Record]) -> list[str]:
+    types = {c: _sql_type(c, [r.get(c) for r in records]) for c in columns}
+    lines = [f"CREATE TABLE IF NOT EXISTS {table} ("]
     lines += [f"  {c} {types[c]}{',' if i < len(columns) - 1 else ''}"
               for i, c in enumerate(columns)]
     lines += [");", ""]
     names = ", ".join(columns)
-    lines += [f"INSERT INTO {SQL_TABLE} ({names}) VALUES "
-              f"({', '.join(_sql_literal(r.get(c)) for c in columns)});" for r in records]
+    return lines + [f"INSERT INTO {table} ({names}) VALUES "
+                    f"({', '.join(_sql_literal(r.get(c)) for c in columns)});" for r in records]
+
+
+def _sql(records: list[Record]) -> str:
+    """llama-bench's `-o sql`: its columns into its table `test` (created as llama-bench
+    creates it, or appended to one llama-bench made), and every strata field into
+    `strata_results` beside it (test_time, model_filename and test join the two)."""
+    if not records:
+        return ""
+    columns = _columns(records)
+    ours = [c for c in LLAMA_BENCH_COLUMNS if c in columns]
+    lines = [*_sql_table(SQL_TABLE, ours, records), "",
+             *_sql_table(STRATA_SQL_TABLE, columns, records)]
     return "\n".join(lines) + "\n"
 
 
