@@ -244,8 +244,15 @@ def test_every_pair_and_test_is_checked_before_the_first_measurement(tmp_path: P
     proc = run_cli("bench", ok, str(moe), "-B", "llamacpp,torch", "-p", "none", "-n", "4",
                    "-r", "1", "-o", "json", home=tmp_path, timeout=600)
     assert proc.returncode == 0, proc.stderr
-    ran = {(r["model_filename"], r["backend"]) for r in json.loads(proc.stdout)}
+    recs = json.loads(proc.stdout)
+    ran = {(r["model_filename"], r["backend"]) for r in recs}
     assert ran == {(ok, "llamacpp"), (ok, "torch"), (str(moe), "llamacpp")}, ran
+    for r in recs:  # no -t: where the count came from is said with the figure
+        assert f"{r['n_threads']} thread(s): the default (" in " ".join(r["notes"]), r
+    pinned = run_cli("bench", ok, "-B", "llamacpp", "-t", "1", "-p", "none", "-n", "4", "-r",
+                     "1", "-o", "json", home=tmp_path, timeout=300)
+    [one] = json.loads(pinned.stdout)
+    assert one["n_threads"] == 1 and "the default" not in " ".join(one["notes"])
     assert f"skipped {moe} on torch: strata's GGUF loader for torch does not run qwen3moe" \
         in proc.stderr, proc.stderr
     alone = tmp_path / "alone"

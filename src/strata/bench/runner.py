@@ -201,7 +201,7 @@ class Runner:
         tele = sampler.summary()
         telemetry = {**tele.to_dict(), "host_load": load.to_dict()}
         info = dict(backend.info())
-        notes |= set(_offload_notes(job, info))
+        notes |= set(_offload_notes(job, info)) | set(_thread_notes(job, info))
         info.update(stop_reason=stop_reason, notes=sorted(notes) + spread_notes(metrics, test),
                     tokens=_token_counts(counts),
                     memory=_memory(tele.to_dict()),
@@ -277,6 +277,19 @@ def _spec(model: ResolvedModel, backend: str) -> Any:
     as safetensors)."""
     fmt = next((f for f in ACCEPTS.get(backend, ()) if f in model.artefacts), None)
     return (model.spec_for(fmt) if fmt else None) or model.spec
+
+
+def _thread_notes(job: Job, info: dict[str, Any]) -> list[str]:
+    """Where the thread count came from, when -t did not give it: a figure's threads are
+    part of what it means (compare pairs only equal ones)."""
+    threads = info.get("threads")
+    if job.load.threads is not None or not isinstance(threads, int):
+        return []
+    import os
+
+    why = ("OMP_NUM_THREADS" if os.environ.get("OMP_NUM_THREADS", "").strip().isdigit()
+           else "this host's physical cores")
+    return [f"{threads} thread(s): the default ({why}); -t 1,2,... sweeps others"]
 
 
 def _offload_notes(job: Job, info: dict[str, Any]) -> list[str]:
