@@ -95,6 +95,9 @@ def test_cli_compare_and_history(tmp_path: Path) -> None:
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
     empty = run_cli("history", home=tmp_path / "empty")
     assert empty.returncode == 2 and "strata bench" in empty.stderr
+    as_json = run_cli("history", "-o", "json", home=tmp_path / "empty")  # like `hosts`
+    assert as_json.returncode == 0 and json.loads(as_json.stdout) == [], as_json.stderr
+    assert "strata bench" in as_json.stderr
 
 
 def test_backends_are_compared_like_for_like_only(tmp_path: Path) -> None:

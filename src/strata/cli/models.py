@@ -101,9 +101,17 @@ def history(
 
     fmt = output_format(fmt, json_out, (*CHOICES, "sql"))
     conn = read_store(db)
-    if conn is None:
-        raise InputError(f"{no_store(db)}; run strata bench first")
-    rows = run_history(conn, model, backend, test)
+    try:
+        if conn is None:
+            raise InputError(f"{no_store(db)}; run strata bench first")
+        rows = run_history(conn, model, backend, test)
+    except InputError as exc:
+        if fmt == "table":
+            raise
+        # a machine format reads "no results" as an empty list (as `strata hosts` does);
+        # the reason goes to stderr
+        err.print(str(exc), markup=False, highlight=False)
+        rows = []
     records = [h.to_record() for h in rows]
     if fmt == "sql":
         from strata.store.export import FORMATS
