@@ -361,17 +361,19 @@ def test_empty_db_is_an_input_error(tmp_path: Path) -> None:
     assert not (tmp_path / "r.html").exists()
 
 
-@pytest.mark.parametrize("where", ["under_a_file", "a_folder"])
+@pytest.mark.parametrize("where", ["under_a_file", "a_folder", "a_missing_folder"])
 def test_unwritable_out_is_an_input_error(tmp_path: Path, where: str) -> None:
     from strata.commands.report import run_report
 
     (tmp_path / "file").write_text("x")
-    out = tmp_path / "file" / "r.html" if where == "under_a_file" else tmp_path
+    out = {"under_a_file": tmp_path / "file" / "r.html", "a_folder": tmp_path,
+           "a_missing_folder": tmp_path / "nope" / "r.html"}[where]
     with pytest.raises(InputError) as exc:
         run_report(_db(tmp_path), out)
     assert str(exc.value).startswith(f"--out {out}:") and "\n" not in str(exc.value)
     assert exc.value.exit_code == 2
     assert not list(tmp_path.glob(".report-*"))  # no temp file left behind
+    assert not (tmp_path / "nope").exists()  # no folder created silently
 
 
 def test_cli_errors_are_one_line_exit_2(tmp_path: Path) -> None:

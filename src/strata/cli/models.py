@@ -142,7 +142,9 @@ def report(
       strata report --out ~/host.html --open
     """
     from strata.commands.report import open_report, run_report
+    from strata.report.build import check_out
 
+    check_out(out_path)  # before anything is read or built
     conn = read_store(db)
     if conn is None:
         raise InputError(f"{no_store(db)}; run strata probe or strata bench first")

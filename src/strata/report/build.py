@@ -68,19 +68,28 @@ def build_report(conn: sqlite3.Connection, fingerprint: str | None = None,
     return Report(html, sections, data)
 
 
-def write_text_atomic(out: Path, text: str) -> Path:
-    """Write via a temp file in the same folder, so a failed write never leaves half a report.
-
-    Raises InputError (exit 2) naming --out when the location cannot be written.
-    """
+def check_out(out: Path) -> Path:
+    """--out must name a file in a folder that exists: no folder is created silently (a
+    typo in a path would otherwise grow a tree). InputError (exit 2) in one line."""
     out = Path(out).expanduser()
     if out.is_dir():
         raise InputError(f"--out {out}: is a folder; give a file path such as {out}/report.html")
     blocker = next((p for p in out.parents if p.exists()), None)
     if blocker is not None and not blocker.is_dir():
         raise InputError(f"--out {out}: {blocker} is a file, not a folder; choose another path")
+    if not out.parent.is_dir():
+        raise InputError(f"--out {out}: the folder {out.parent} does not exist; create it "
+                         "first (mkdir -p) or choose another path")
+    return out
+
+
+def write_text_atomic(out: Path, text: str) -> Path:
+    """Write via a temp file in the same folder, so a failed write never leaves half a report.
+
+    Raises InputError (exit 2) naming --out when the location cannot be written.
+    """
+    out = check_out(out)
     try:
-        out.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=".report-", suffix=".html", dir=out.parent)
     except OSError as exc:
         raise _unwritable(out, exc) from exc
