@@ -144,3 +144,13 @@ def test_each_phase_is_bound_by_its_lower_roof_and_quantised_weights_use_int8() 
     pp = explain(spec, BenchTest(512, 0), roof, "f16", None, {})
     assert tg.bound == "memory" and pp.bound == "compute"
     assert pp.prefill_ceiling_tps > 3 * tg.decode_ceiling_tps  # prompt faster than decode
+
+
+def test_small_eta_keeps_two_significant_figures() -> None:
+    """η 0.004 is not "0.00", and a note never says "η below about 0.00"."""
+    from strata.bench.explain import _busy_low, eta_text
+
+    assert [eta_text(x) for x in (0.004123, 0.0456, 0.1, 0.87, 1.234)] == \
+        ["0.0041", "0.046", "0.10", "0.87", "1.23"]
+    note = _busy_low("decode", 0.0011, "the host was busy", 0.5)
+    assert "η 0.0011 <" in note and "below about 0.0022" in note and "0.00:" not in note

@@ -175,6 +175,12 @@ def _etas(ex: Explanation, achieved: dict[str, float | None]) -> None:
         ex.prefill_eta = pre / ex.prefill_ceiling_tps
 
 
+def eta_text(eta: float) -> str:
+    """η as printed everywhere: two decimals, or two significant figures below 0.1 (a
+    0.004 is not "0.00", and "below about 0.00" says nothing)."""
+    return f"{eta:.2g}" if 0 < abs(eta) < 0.1 else f"{eta:.2f}"
+
+
 # A test competing with other processes for share s of all CPUs keeps roughly 1 - s of them:
 # it can run up to about 1 / (1 - s) times slower (capped: a share near 1 is a guess anyway).
 MAX_BUSY_SLOWDOWN = 10.0
@@ -196,12 +202,13 @@ def _busy_low(phase: str, eta: float, busy: str, share: float, device: str = "cp
     """A low η on a busy host: name the host first; say whether it can explain all of it."""
     quiet = eta * busy_slowdown(share)
     if quiet >= ETA_LOW:
-        return (f"{phase} η {eta:.2f} < {ETA_LOW}: {busy} — that explains a low η (a quiet host "
-                f"would allow up to about {quiet:.2f}); re-run on a quiet host before "
+        return (f"{phase} η {eta_text(eta)} < {ETA_LOW}: {busy} — that explains a low η (a "
+                f"quiet host would allow up to about {eta_text(quiet)}); re-run on a quiet host "
+                "before "
                 f"suspecting {_suspects(device)}")
-    return (f"{phase} η {eta:.2f} < {ETA_LOW}: {busy}, but even a quiet host would leave η "
-            f"below about {quiet:.2f}: also suspect {_suspects(device)} (re-run on a quiet "
-            "host to tell them apart)")
+    return (f"{phase} η {eta_text(eta)} < {ETA_LOW}: {busy}, but even a quiet host would "
+            f"leave η below about {eta_text(quiet)}: also suspect {_suspects(device)} (re-run "
+            "on a quiet host to tell them apart)")
 
 
 def _cache_verdict(ex: Explanation, cache_bytes: int) -> str:
@@ -216,7 +223,7 @@ def _cache_verdict(ex: Explanation, cache_bytes: int) -> str:
         why = "per-token overhead, not DRAM bandwidth, bounds it"
     else:
         why = "DRAM bandwidth does not bound it, per-token overhead or cache bandwidth does"
-    return (f"decode η {eta:.2f} is measured against DRAM bandwidth, but {fits}: {why}; "
+    return (f"decode η {eta_text(eta)} is measured against DRAM bandwidth, but {fits}: {why}; "
             "a model larger than the cache gives a meaningful η")
 
 
@@ -228,13 +235,15 @@ def _verdicts(ex: Explanation, cache_bytes: int | None = None) -> list[str]:
         if eta is None or (phase == "decode" and cache_bytes):
             continue
         if eta > ETA_HIGH:
-            out.append(f"{phase} η {eta:.2f} > {ETA_HIGH}: faster than the roofline allows — the "
+            out.append(f"{phase} η {eta_text(eta)} > {ETA_HIGH}: faster than the roofline "
+                       "allows — the "
                        "byte/FLOP model or the measured peak is wrong here (e.g. weights "
                        "served from cache, or a peak measured under load)")
         elif eta < ETA_LOW and ex.host_busy:
             out.append(_busy_low(phase, eta, ex.host_busy, ex.host_busy_share or 0.0,
                                  ex.device))
         elif eta < ETA_LOW:
-            out.append(f"{phase} η {eta:.2f} < {ETA_LOW}: far below the roofline — suspect "
+            out.append(f"{phase} η {eta_text(eta)} < {ETA_LOW}: far below the roofline — "
+                       "suspect "
                        f"{_suspects(ex.device)}")
     return out

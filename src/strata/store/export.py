@@ -98,7 +98,7 @@ def _md(records: list[Record]) -> str:
              "size": _gib(r.get("model_size")), "params": _billions(r.get("model_n_params")),
              "backend": r.get("backend"),
              **{MD_SETTING[n]: setting_text(r.get(n)) for n in settings},
-             "test": r.get("test"), "t/s": _mean_sd(r), "η": _two(r.get("eta")),
+             "test": r.get("test"), "t/s": _mean_sd(r), "η": _eta(r.get("eta")),
              "bound": r.get("bound"), "n": r.get("n")} for r in records]
     columns = ["model", "size", "params", "backend", *(MD_SETTING[n] for n in settings),
                "test", "t/s", "η", "bound", "n"]
@@ -119,8 +119,10 @@ def _billions(n: Any) -> str:
     return "" if n is None else f"{n / 1e9:.2f} B"
 
 
-def _two(x: Any) -> str:
-    return "" if x is None else f"{x:.2f}"
+def _eta(x: Any) -> str:
+    from strata.bench.explain import eta_text
+
+    return "" if x is None else eta_text(x)
 
 
 def _mean_sd(r: Record) -> str:

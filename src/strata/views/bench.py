@@ -10,6 +10,7 @@ from typing import Any
 from rich.table import Table
 from rich.text import Text
 
+from strata.bench.explain import eta_text
 from strata.bench.records import setting_text, swept
 from strata.views.console import plain
 
@@ -18,7 +19,7 @@ def _eta(value: float | None) -> Text:
     if value is None:
         return Text("-", style="dim")
     style = "red" if value < 0.4 or value > 1.05 else ("yellow" if value < 0.6 else "green")
-    return Text(f"{value:.2f}", style=style)
+    return Text(eta_text(value), style=style)
 
 
 def noisy(r: dict[str, Any]) -> bool:

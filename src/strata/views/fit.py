@@ -5,6 +5,7 @@ from __future__ import annotations
 from rich.table import Table
 from rich.text import Text
 
+from strata.bench.explain import eta_text
 from strata.fit import FITS, NO, PARTIAL, DeviceFit, Eta, FitReport, Prediction
 from strata.fit.backends import FitSection
 from strata.fit.experts import NEWER_FLAGS, TEXT
@@ -59,7 +60,7 @@ def section_table(section: FitSection) -> Table:
 
 
 def _eta_text(p: Prediction) -> str:
-    return f"ceiling {p.ceiling_tps:,.1f} t/s x η {p.eta.value:.2f}: {p.eta.basis}"
+    return f"ceiling {p.ceiling_tps:,.1f} t/s x η {eta_text(p.eta.value)}: {p.eta.basis}"
 
 
 MAX_SOURCES = 6  # results named per η; the rest are counted
@@ -69,7 +70,7 @@ def sources_text(eta: Eta) -> str | None:
     """Which stored results an η rests on, so a user can look at (or delete) them."""
     if not eta.sources:
         return None
-    named = ", ".join(f"#{s.result_id} {s.model} {s.test} η {s.eta:.2f}"
+    named = ", ".join(f"#{s.result_id} {s.model} {s.test} η {eta_text(s.eta)}"
                       for s in eta.sources[:MAX_SOURCES])
     more = len(eta.sources) - MAX_SOURCES
     spread = f"; spread {eta.spread:.0%} of the median" if eta.spread is not None else ""
