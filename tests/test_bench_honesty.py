@@ -64,16 +64,19 @@ def test_help_and_readme_define_eta_ceiling_and_bound() -> None:
     assert proc.returncode == 0, proc.stderr
     text = " ".join(proc.stdout.split())  # wrapped at 80 columns: compare words
     assert "η efficiency: measured t/s ÷ ceiling" in text
-    assert "measured memory bandwidth ÷ bytes read per token" in text  # decode ceiling
-    assert "measured matmul FLOP/s ÷ FLOPs per prompt token" in text  # prefill ceiling
-    assert "bound the resource that limits" in text and "memory" in text and "compute" in text
+    assert "the lower of two roofs" in text
+    assert "Memory: bandwidth ÷ bytes read per token" in text  # the memory roof
+    assert "Compute: the peak of the arithmetic the backend runs" in text  # the compute roof
+    assert "int8 dot products for quantised weights" in text
+    assert "bound the roof that gives the ceiling: memory or compute" in text
     assert all(len(line) <= 80 for line in proc.stdout.splitlines())
     readme = README.read_text()
     section = readme[readme.index("### `strata bench`"):readme.index("### `strata kernels`")]
     flat = " ".join(section.split())
     for term in ("**ceiling**", "**η**", "**bound**"):
         assert term in flat, term
-    assert "measured t/s ÷ ceiling" in flat and "bytes read per decoded token" in flat
+    assert "measured t/s ÷ ceiling" in flat and "bytes read per token" in flat
+    assert "the lower of two roofs" in flat and "always consistent with `ceiling_ts`" in flat
 
 
 # ---------------------------------------------------------------- verdicts
