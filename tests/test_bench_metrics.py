@@ -79,3 +79,10 @@ def test_test_names_and_order() -> None:
     assert BenchTest(512, 128, 64).context == 704
     with pytest.raises(InputError):
         build_tests([], [], [], [0])
+
+
+def test_model_sizes_below_a_million_read_in_thousands() -> None:
+    from strata.bench.records import params_text
+
+    assert [params_text(p) for p in (260_000, 134_515_008, 1_235_814_400, 999)] == \
+        ["260K", "135M", "1.2B", "999"]

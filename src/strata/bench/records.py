@@ -226,5 +226,13 @@ def _model_type(model: dict[str, Any]) -> str | None:
     if "arch" not in model:
         return None
     params = model.get("params") or 0
-    size = f"{params / 1e9:.1f}B" if params >= 1e9 else f"{params / 1e6:.0f}M"
-    return f"{model['arch']} {size} {model.get('dtype', '?')}"
+    return f"{model['arch']} {params_text(params)} {model.get('dtype', '?')}"
+
+
+def params_text(params: float) -> str:
+    """A parameter count as people name models: 1.2B, 135M, 260K (a 260K model is not
+    "0M", as llama.cpp's "?B (guessed)" is not a size)."""
+    for scale, unit, spec in ((1e9, "B", ".1f"), (1e6, "M", ".0f"), (1e3, "K", ".0f")):
+        if params >= scale:
+            return f"{params / scale:{spec}}{unit}"
+    return f"{params:.0f}"
