@@ -286,7 +286,8 @@ def test_torch_holds_weights_in_its_runtime_dtype() -> None:
 @pytest.mark.parametrize(("args", "names"), [
     (("synthetic:tiny", "--ctx", "0"), "--ctx"),
     (("synthetic:tiny", "--ctx", "10000001"), "--ctx"),
-    (("synthetic:tiny", "--batch", "0"), "--batch"),
+    (("synthetic:tiny", "-np", "0"), "-np"),
+    (("synthetic:tiny", "--batch", "4"), "-np/--parallel"),
     (("synthetic:tiny", "--kv-type", "q5_1"), "--kv-type"),
     (("synthetic:tiny", "--kv-type", "q8_0"), "head_dim 16"),
     (("synthetic:tiny", "--backend", "vllm"), "--backend"),
@@ -311,7 +312,7 @@ def test_unknown_model_format_is_exit_2(tmp_path: Path) -> None:
 def test_help_renders_with_every_flag(tmp_path: Path) -> None:
     proc = run_fit("--help", home=tmp_path)
     assert proc.returncode == 0 and "Traceback" not in proc.stderr
-    for text in ("--ctx", "--batch", "--kv-type", "--backend", "--json", "q4_0"):
+    for text in ("--ctx", "--parallel", "--kv-type", "--backend", "--json", "q4_0"):
         assert text in proc.stdout, text
 
 

@@ -227,8 +227,10 @@ def fit(
     ctx: Annotated[int | None, typer.Option("--ctx", "-c", help="Context per sequence, in "
                                             "tokens (default 4096).", show_default=False)]
     = None,
-    batch: Annotated[int, typer.Option("--batch", help="Parallel sequences, each with its own "
-                                       "context.")] = 1,
+    batch: Annotated[int, typer.Option("-np", "--parallel", metavar="N",
+                                       help="Parallel sequences, each with its own context "
+                                       "(llama.cpp's -np; bench's -b is n_batch).")] = 1,
+    old_batch: Annotated[int | None, typer.Option("--batch", hidden=True)] = None,
     kv_type: Annotated[str | None, typer.Option("--kv-type", help="KV cache type for llamacpp: "
                                                 "f16 (default), q8_0 or q4_0.",
                                                 show_default=False)] = None,
@@ -252,10 +254,13 @@ def fit(
 
     [bold]Examples[/bold]
       strata fit synthetic:llama-3.1-8b@q4_0 --ctx 32768
-      strata fit model.gguf --kv-type q8_0 --batch 4
+      strata fit model.gguf --kv-type q8_0 -np 4
       strata fit ./hf-model-dir --backend torch -o json
     """
     fmt = output_format(fmt, json_out)
+    if old_batch is not None:
+        raise InputError(f"--batch {old_batch}: parallel sequences are -np/--parallel "
+                         "(llama.cpp's name; -b is n_batch in strata bench and llama-bench)")
     conn = read_store(db)  # fail on a bad --db before reading the model
     from strata.commands.fit import print_fit, run_fit
 

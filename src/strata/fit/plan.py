@@ -53,7 +53,7 @@ class FitOptions:
         if not 1 <= self.ctx <= MAX_CTX:
             raise InputError(f"--ctx {self.ctx}: must be between 1 and {MAX_CTX:,} tokens")
         if self.batch < 1:
-            raise InputError(f"--batch {self.batch}: must be at least 1 (parallel sequences)")
+            raise InputError(f"-np {self.batch}: must be at least 1 (parallel sequences)")
         rules = backend_rules(self.backend)
         if self.kv_type is not None and rules.kv_types and self.kv_type not in rules.kv_types:
             raise InputError(f"--kv-type {self.kv_type}: choose one of "
@@ -277,7 +277,7 @@ def _notes(runtimes: list[Runtime], options: FitOptions) -> list[str]:
     if s.ctx_max and options.ctx > s.ctx_max:
         notes.append(f"--ctx {options.ctx} is beyond the model's trained context ({s.ctx_max})")
     if options.batch > 1:
-        notes.append(f"--batch {options.batch}: KV and logits for {options.batch} sequences of "
+        notes.append(f"-np {options.batch}: KV and logits for {options.batch} sequences of "
                      f"{options.ctx} tokens each; predictions are for one sequence")
     notes.append("plan from metadata only: no weights were loaded or written")
     return notes
