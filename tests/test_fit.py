@@ -520,3 +520,14 @@ def test_fit_says_cannot_run_before_any_plan(tmp_path: Path) -> None:
     assert ok.returncode == 0 and "fits" in ok.stdout, ok.stderr
     ring = run_cli("ring", "plan", "synthetic:tiny-k@q3_k_m", home=tmp_path, timeout=120)
     assert ring.returncode == 2 and "ring stages cannot run it with --ops lab" in ring.stderr
+
+
+def test_default_context_is_the_models_own_when_shorter(tmp_path: Path) -> None:
+    """No --ctx on a 2,048-token model: planned at 2,048 (llama.cpp would not run it at
+    4,096), with no 'beyond the trained context' note; an asked --ctx is kept as asked."""
+    plain = fit_json("synthetic:tiny@q8_0", home=tmp_path)
+    assert plain["options"]["n_ctx"] == 2048, plain["options"]
+    assert not any("beyond the model's trained context" in n for n in plain["notes"])
+    asked = fit_json("synthetic:tiny@q8_0", "--ctx", "4096", home=tmp_path)
+    assert asked["options"]["n_ctx"] == 4096
+    assert any("beyond the model's trained context" in n for n in asked["notes"])

@@ -225,7 +225,8 @@ def fit(
         "ollama:NAME\\[:TAG]. Only its metadata is read: nothing is "
         "loaded or written.")],
     ctx: Annotated[int | None, typer.Option("--ctx", "-c", help="Context per sequence, in "
-                                            "tokens (default 4096).", show_default=False)]
+                                            "tokens (default 4096, or the model's own "
+                                            "context when shorter).", show_default=False)]
     = None,
     batch: Annotated[int, typer.Option("-np", "--parallel", metavar="N",
                                        help="Parallel sequences, each with its own context "

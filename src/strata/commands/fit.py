@@ -31,9 +31,12 @@ def run_fit(conn: sqlite3.Connection | None, ref: str, *, ctx: int | None, batch
     unreadable model, raised before the host is probed."""
     from strata.store.db import empty_db
 
-    options = FitOptions(ctx=DEFAULT_CTX if ctx is None else ctx, batch=batch, kv_type=kv_type,
-                         backend=backend, swa_full=swa_full)
     model = resolve(ref)  # metadata only: a synthetic preset is not materialised
+    if ctx is None:  # the default, or the model's own context where that is shorter
+        limit = getattr(model.spec, "ctx_max", 0) if model.spec is not None else 0
+        ctx = min(DEFAULT_CTX, limit) if limit else DEFAULT_CTX
+    options = FitOptions(ctx=ctx, batch=batch, kv_type=kv_type, backend=backend,
+                         swa_full=swa_full)
     check_model(model, options)
     conn = conn if conn is not None else empty_db()
     host = _this_host(conn, console)
