@@ -428,3 +428,15 @@ def test_both_prints_what_it_measured_before_the_backend_that_failed(tmp_path: P
     assert shown["backend"] == "llamacpp" and shown["ppl"] > 1
     assert proc.stderr.strip().splitlines()[-1].startswith("error: ")
     assert "qwen3moe" in proc.stderr
+
+
+def test_the_table_says_what_its_two_uncertainties_are(tmp_path: Path) -> None:
+    """'PPL ± SD 14.99 ± 1.39' beside '95% CI 5.76..39.04' read as a contradiction: the ± is
+    llama-perplexity's (standard error over tokens), the CI comes from chunk means; both are
+    named, and a note says which to read."""
+    proc = run_cli("quality", "synthetic:tiny@f32", "--ctx", "8", "--max-chunks", "4",
+                   home=tmp_path / "home", timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    text = " ".join((proc.stdout + proc.stderr).split())
+    assert "PPL ± (as llama.cpp)" in text and "95% CI (chunk means)" in text
+    assert "PPL ±: llama-perplexity's uncertainty" in text and "the one to read" in text

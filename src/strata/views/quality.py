@@ -28,8 +28,8 @@ def _ci(r: Record) -> str:
 COLUMNS: list[tuple[str, str, Any]] = [  # header, justify, cell
     ("model", "left", lambda r: plain(r["model"])),
     ("backend", "left", lambda r: plain(r["backend"])),
-    ("PPL ± SD", "right", _ppl),
-    ("PPL 95% CI (chunks)", "right", _ci),
+    ("PPL ± (as llama.cpp)", "right", _ppl),
+    ("95% CI (chunk means)", "right", _ci),
     ("ref PPL", "right", lambda r: _num(r["ref_ppl"], ",.4f")),
     ("ΔPPL", "right", lambda r: _num(r["delta_ppl"], "+,.4f")),
     ("KL mean", "right", lambda r: _num(r["kl"], ".6f")),
@@ -82,6 +82,11 @@ def notes(records: list[Record]) -> list[str]:
                      f"scoring: {r['scoring']}"):
             if line not in lines:
                 lines.append(line)
+    if any(r["ppl_ci95"] for r in records):
+        lines.append("PPL ±: llama-perplexity's uncertainty, PPL x the standard error of the "
+                     "mean token NLL (tokens taken as independent); 95% CI: from the spread of "
+                     "the chunks' mean NLL (tokens within a chunk are not independent), so it "
+                     "is the wider and the one to read when comparing models")
     if len({r["backend"] for r in records}) > 1:
         ppl = [r["ppl"] for r in records]
         line = (f"backend agreement: PPL spread {max(ppl) - min(ppl):.6g} "
