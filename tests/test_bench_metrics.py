@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from strata.backends.base import RunTrace
@@ -86,3 +88,29 @@ def test_model_sizes_below_a_million_read_in_thousands() -> None:
 
     assert [params_text(p) for p in (260_000, 134_515_008, 1_235_814_400, 999)] == \
         ["260K", "135M", "1.2B", "999"]
+
+
+def _threaded(threads: int, tps: float, busy: bool) -> Any:
+    from strata.store.runs import StoredResult
+
+    return StoredResult(
+        model="m", backend="llamacpp", test="tg16", n_prompt=0, n_gen=16, n_depth=0,
+        load_config={"threads": threads}, info={"threads": threads, "notes": []},
+        metrics={"decode_tps": {"mean": tps, "sd": 0.1, "n": 3}},
+        explain={"verdict": ["decode η 0.20 < 0.4: far below the roofline — suspect a slow "
+                             "backend path for this dtype, too few threads, or throttling"]},
+        telemetry={"host_load": {"busy": busy}})
+
+
+def test_a_busy_thread_sweep_where_fewer_threads_won_says_so() -> None:
+    from strata.bench.runner import busy_thread_notes
+
+    one, two = _threaded(1, 30.0, True), _threaded(2, 18.0, True)
+    changed = busy_thread_notes([one, two])
+    assert changed == [one, two]
+    for r in (one, two):
+        assert any("on this busy host 1 thread(s) beat 2" in n for n in r.info["notes"])
+        assert "too few threads" not in r.explain["verdict"][0]
+    # quiet host, or more threads winning: nothing said
+    assert busy_thread_notes([_threaded(1, 30.0, False), _threaded(2, 18.0, False)]) == []
+    assert busy_thread_notes([_threaded(1, 18.0, True), _threaded(2, 30.0, True)]) == []

@@ -98,6 +98,8 @@ class Runner:
         for job in plan(self.config):
             if (job.model, job.backend) not in refused:
                 self._run_job(job, models[job.model], out)
+        for r in busy_thread_notes(out.results):  # a -t sweep on a busy host: say so
+            self.update(r)
         return out
 
     # -- one model load --------------------------------------------------------------------
@@ -277,6 +279,43 @@ def _spec(model: ResolvedModel, backend: str) -> Any:
     as safetensors)."""
     fmt = next((f for f in ACCEPTS.get(backend, ()) if f in model.artefacts), None)
     return (model.spec_for(fmt) if fmt else None) or model.spec
+
+
+def busy_thread_notes(results: list[StoredResult]) -> list[StoredResult]:
+    """A thread sweep on a busy host where fewer threads won: the results of that test say
+    so (other processes hold cores, so a larger team waits on them), and their low-η
+    verdicts stop suggesting too few threads. Returns the results it changed."""
+    from collections import defaultdict
+
+    from strata.bench.records import SETTINGS, record
+
+    groups: dict[tuple[Any, ...], list[tuple[int, float, bool, StoredResult]]] = \
+        defaultdict(list)
+    for r in results:
+        rec = record(r)
+        if not isinstance(rec.get("n_threads"), int) or not rec.get("avg_ts"):
+            continue
+        key = (r.model, r.backend, r.test,
+               *(repr(rec.get(f)) for f, _ in SETTINGS if f != "n_threads"))
+        groups[key].append((rec["n_threads"], rec["avg_ts"], bool(rec.get("host_busy")), r))
+    changed = []
+    for members in groups.values():
+        if len({m[0] for m in members}) < 2 or not any(m[2] for m in members):
+            continue
+        best = max(members, key=lambda m: m[1])
+        more = max(m[0] for m in members)
+        if more <= best[0]:
+            continue
+        note = (f"on this busy host {best[0]} thread(s) beat {more}: other processes hold "
+                "cores, so a larger team waits on them; re-run on a quiet host before "
+                "choosing -t")
+        for *_, r in members:
+            r.info["notes"] = [*r.info.get("notes", []), note]
+            if r.explain:
+                r.explain["verdict"] = [v.replace("too few threads, ", "")
+                                        for v in r.explain.get("verdict", [])]
+            changed.append(r)
+    return changed
 
 
 def _thread_notes(job: Job, info: dict[str, Any]) -> list[str]:
