@@ -83,10 +83,10 @@ def notes(records: list[Record]) -> list[str]:
             if line not in lines:
                 lines.append(line)
     if any(r["ppl_ci95"] for r in records):
-        lines.append("PPL ±: llama-perplexity's uncertainty, PPL x the standard error of the "
-                     "mean token NLL (tokens taken as independent); 95% CI: from the spread of "
-                     "the chunks' mean NLL (tokens within a chunk are not independent), so it "
-                     "is the wider and the one to read when comparing models")
+        lines.append("PPL ±: llama-perplexity's uncertainty, PPL x the SD of the token NLLs "
+                     "÷ √tokens (tokens taken as independent); 95% CI: from the spread of the "
+                     "chunks' mean NLL (tokens within a chunk are not independent), so it is "
+                     "the wider and the one to read when comparing models")
     if len({r["backend"] for r in records}) > 1:
         ppl = [r["ppl"] for r in records]
         line = (f"backend agreement: PPL spread {max(ppl) - min(ppl):.6g} "
