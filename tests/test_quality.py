@@ -191,7 +191,7 @@ def test_synthetic_tokens_are_deterministic_text_ids() -> None:
 def test_gguf_tokenizer_is_llama_cpps(home: Path) -> None:
     """A GGUF without strata's synthetic marker is tokenised by llama.cpp: on the synthetic
     vocabulary, its CJK characters are one token each and other text falls back to bytes."""
-    from strata.backends.llamacpp import tokenize_gguf
+    from strata.backends.llamacpp_vocab import tokenize_gguf
     from strata.models.synthetic import BOS_ID, text_for_tokens
 
     path = resolve("synthetic:tiny@f32").path("gguf", "llamacpp")
@@ -204,7 +204,7 @@ def test_detokenizers_invert_the_tokenizers(home: Path) -> None:
     """What ring run prints: llama.cpp's detokenizer on a GGUF's own vocabulary (CJK pieces
     and byte fallbacks back to UTF-8, BOS left out), the synthetic scheme's inverse on its
     text ids."""
-    from strata.backends.llamacpp import detokenize_gguf, tokenize_gguf
+    from strata.backends.llamacpp_vocab import detokenize_gguf, tokenize_gguf
     from strata.models.synthetic import BOS_ID, text_for_tokens
     from strata.quality.tokenizer import detokenize, tokenize
 
@@ -239,7 +239,7 @@ def test_chat_prompts_are_formatted_by_llama_cpps_template_engine(home: Path,
     """--chat: one user turn through the GGUF's own template (llama.cpp recognises ChatML),
     the assistant's turn opened; its special tokens parsed, BOS first. A GGUF without a
     template, and a synthetic model, are refused in one line."""
-    from strata.backends.llamacpp import chat_prompt_gguf, tokenize_gguf
+    from strata.backends.llamacpp_vocab import chat_prompt_gguf, tokenize_gguf
     from strata.models.source import resolve
     from strata.quality.tokenizer import chat_tokens
 

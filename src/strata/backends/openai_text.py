@@ -444,7 +444,7 @@ class GgufVocab:
     def __init__(self, path: Path) -> None:
         # tokenize_gguf first: it checks the file and installs strata's llama.cpp logger (no
         # llama.cpp chatter on stderr); BackendUnavailable when llama-cpp-python is missing
-        from strata.backends.llamacpp import tokenize_gguf
+        from strata.backends.llamacpp_vocab import tokenize_gguf
 
         tokenize_gguf(path, "a")
         import llama_cpp.llama_cpp as lc

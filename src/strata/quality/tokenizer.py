@@ -125,7 +125,7 @@ def _vocab(model: ResolvedModel) -> int:
 def _gguf(model: ResolvedModel, text: str) -> Tokens:
     path = model.path("gguf", "llamacpp")
     try:
-        from strata.backends.llamacpp import tokenize_gguf
+        from strata.backends.llamacpp_vocab import tokenize_gguf
     except Exception as exc:  # BackendUnavailable: llama-cpp-python missing
         raise InputError(f"MODEL {model.ref}: tokenising a GGUF needs llama.cpp ({exc})") from None
     ids, bos = tokenize_gguf(path, text)
@@ -134,7 +134,7 @@ def _gguf(model: ResolvedModel, text: str) -> Tokens:
 
 @contextlib.contextmanager
 def _gguf_decoder(model: ResolvedModel) -> Iterator[Decode]:
-    from strata.backends.llamacpp import gguf_decoder
+    from strata.backends.llamacpp_vocab import gguf_decoder
 
     with gguf_decoder(model.path("gguf", "llamacpp")) as decode:
         yield decode
@@ -207,7 +207,7 @@ def chat_tokens(model: ResolvedModel, text: str | list[tuple[str, str]]) -> Toke
     if "gguf" not in model.artefacts and model.kind != "synthetic":
         raise InputError(f"MODEL {model.ref}: --chat needs a GGUF with a chat template "
                          "(tokenizer.chat_template)")
-    from strata.backends.llamacpp import chat_prompt_gguf, tokenize_gguf
+    from strata.backends.llamacpp_vocab import chat_prompt_gguf, tokenize_gguf
 
     path = model.path("gguf", "llamacpp")
     turns = [("user", text)] if isinstance(text, str) else text
@@ -242,7 +242,7 @@ def end_ids(model: ResolvedModel) -> frozenset[int]:
 
         return frozenset({EOS_ID})
     if "gguf" in model.artefacts:
-        from strata.backends.llamacpp import eog_ids_gguf
+        from strata.backends.llamacpp_vocab import eog_ids_gguf
 
         return eog_ids_gguf(model.path("gguf", "llamacpp"))
     tok = _auto_tokenizer(model, model.path("hf", "torch"))
