@@ -106,6 +106,7 @@ from strata.cli import (  # noqa: E402, F401
     ring,
     skills,
     train,
+    whatif,
 )
 from strata.cli.helptext import reflow_tree  # noqa: E402
 

@@ -241,6 +241,13 @@ def fit(
     swa_full: Annotated[bool, typer.Option("--swa-full", help="llama.cpp's --swa-full: "
                                            "sliding-window layers (Gemma 3) keep the whole "
                                            "context instead of their window.")] = False,
+    on: Annotated[list[str] | None, typer.Option(
+        "--on", metavar="DEVICE", help="Plan on a catalogue device instead of this host "
+        "(repeatable; DEVICE:GiB for another memory size): strata whatif --list.",
+        rich_help_panel="Another machine", show_default=False)] = None,
+    ram: Annotated[float | None, typer.Option(
+        "--ram", metavar="GiB", help="RAM beside a discrete --on GPU (default: this "
+        "host's).", rich_help_panel="Another machine", show_default=False)] = None,
     fmt: FormatOption = None,
     json_out: JsonOption = False,
     db: DbOption = None,
@@ -257,6 +264,7 @@ def fit(
       strata fit synthetic:llama-3.1-8b@q4_0 --ctx 32768
       strata fit model.gguf --kv-type q8_0 -np 4
       strata fit ./hf-model-dir --backend torch -o json
+      strata fit synthetic:llama-3.1-70b@q4_k_m --on rtx-5090 --on m4-max-40c
     """
     fmt = output_format(fmt, json_out)
     if old_batch is not None:
@@ -267,7 +275,15 @@ def fit(
 
     if swa_full and backend != "llamacpp":
         raise InputError(f"--swa-full is llama.cpp's option; -B {backend} sizes its own cache")
-    report = run_fit(conn, model, ctx=ctx, batch=batch, kv_type=kv_type, backend=backend,
-                     console=err, swa_full=swa_full)
+    if on:
+        from strata.commands.fit import run_fit_on
+
+        report = run_fit_on(conn, model, on, ctx=ctx, batch=batch, kv_type=kv_type,
+                            backend=backend, swa_full=swa_full, ram_gib=ram)
+    else:
+        if ram is not None:
+            raise InputError("--ram sizes the host of an --on GPU; this host's RAM is probed")
+        report = run_fit(conn, model, ctx=ctx, batch=batch, kv_type=kv_type,
+                         backend=backend, console=err, swa_full=swa_full)
     print_fit(report, fmt, out)
 

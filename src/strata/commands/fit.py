@@ -32,10 +32,7 @@ def run_fit(conn: sqlite3.Connection | None, ref: str, *, ctx: int | None, batch
     from strata.store.db import empty_db
 
     model = resolve(ref)  # metadata only: a synthetic preset is not materialised
-    if ctx is None:  # the default, or the model's own context where that is shorter
-        limit = getattr(model.spec, "ctx_max", 0) if model.spec is not None else 0
-        ctx = min(DEFAULT_CTX, limit) if limit else DEFAULT_CTX
-    options = FitOptions(ctx=ctx, batch=batch, kv_type=kv_type, backend=backend,
+    options = FitOptions(ctx=_ctx(model, ctx), batch=batch, kv_type=kv_type, backend=backend,
                          swa_full=swa_full)
     check_model(model, options)
     conn = conn if conn is not None else empty_db()
@@ -50,6 +47,31 @@ def run_fit(conn: sqlite3.Connection | None, ref: str, *, ctx: int | None, batch
     if sections is not None:  # the backend's own part (lab: the kernel serving each op here)
         report.sections = sections(model, host)
     return report
+
+
+def _ctx(model: object, ctx: int | None) -> int:
+    """The default, or the model's own context where that is shorter."""
+    if ctx is not None:
+        return ctx
+    spec = getattr(model, "spec", None)
+    limit = getattr(spec, "ctx_max", 0) if spec is not None else 0
+    return min(DEFAULT_CTX, limit) if limit else DEFAULT_CTX
+
+
+def run_fit_on(conn: sqlite3.Connection | None, ref: str, on: list[str], *, ctx: int | None,
+               batch: int, kv_type: str | None, backend: str, swa_full: bool,
+               ram_gib: float | None) -> FitReport:
+    """`fit --on DEVICE…`: the plan on catalogue devices (strata.whatif), predictions from
+    their datasheet rooflines and η from this DB, published measurements or a prior."""
+    from strata.commands.whatif import evidence, hosting
+    from strata.whatif.plan import fit_on, parse_on
+
+    devices = [parse_on(x) for x in on]
+    model = resolve(ref)
+    options = FitOptions(ctx=_ctx(model, ctx), batch=batch, kv_type=kv_type, backend=backend,
+                         swa_full=swa_full)
+    check_model(model, options)
+    return fit_on(model, devices, options, hosting(ram_gib), evidence(conn))
 
 
 def _this_host(conn: sqlite3.Connection, console: Console) -> Host:

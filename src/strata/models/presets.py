@@ -90,6 +90,13 @@ def list_presets() -> list[Preset]:
     return [_from_json(name, raw) for name, raw in _load()["presets"].items()]
 
 
+def kernel_shape_presets() -> list[Preset]:
+    """The presets whose shapes the kernel lab's shape sets are built from (a preset marked
+    "kernel_shapes": false is there for planning only)."""
+    raw = _load()["presets"]
+    return [p for p in list_presets() if raw[p.name].get("kernel_shapes", True)]
+
+
 def preset_names(include_test: bool = True) -> list[str]:
     """Every preset; without `include_test`, only published models' (the `tiny*` test
     models say "strata test model" as their source)."""

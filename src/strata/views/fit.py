@@ -79,9 +79,10 @@ def sources_text(eta: Eta) -> str | None:
 
 def prediction_lines(report: FitReport) -> list[Text]:
     lines = []
+    roof = "datasheet" if report.host.startswith("catalogue") else "measured"  # fit --on
     for device in dict.fromkeys(p.device for p in report.predictions):
         lines.append(Text.assemble(("predicted", "bold"), f" on {device} with "
-                                   f"{report.options.backend} (a prediction from the measured "
+                                   f"{report.options.backend} (a prediction from the {roof} "
                                    "roofline, not a measurement):"))
         shown: set[str] = set()
         for p in (p for p in report.predictions if p.device == device):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from strata.models.presets import list_presets
+from strata.models.presets import kernel_shape_presets
 
 BATCH_ROWS = (1, 8)  # decode of one sequence, and a small batch
 
@@ -24,7 +24,7 @@ class ModelDims:
 def model_dims() -> list[ModelDims]:
     """Real model dimensions, one per preset (strata's own tiny test models excluded)."""
     return [ModelDims(p.name, p.hidden, p.ffn, p.n_heads, p.n_kv_heads, p.head_dim, p.vocab)
-            for p in list_presets() if not p.name.startswith("tiny")]
+            for p in kernel_shape_presets() if not p.name.startswith("tiny")]
 
 
 def unique(shapes: list[dict[str, int]]) -> list[dict[str, int]]:

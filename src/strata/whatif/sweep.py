@@ -1,0 +1,84 @@
+"""`whatif --sweep memory`: one device family with its memory size and bandwidth varied.
+
+The question DRAM and GPU prices force: is more memory or faster memory worth it? For a CPU
+platform the bandwidth steps are memory channels (2, 4, 8, 12 at the device's MT/s); for a
+GPU or a unified chip they are the device's bandwidth scaled (x0.5 … x2, a cheaper or a
+faster part of the family). Each variant gets fit's verdict and the predicted decode t/s of
+each model, and the largest published preset (at the models' quantisation) it runs whole.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from strata.fit.plan import FitOptions
+from strata.fit.verdict import FITS
+from strata.hardware.catalogue import CatalogueDevice
+from strata.models.source import ResolvedModel, resolve
+from strata.whatif.device import Hosting
+from strata.whatif.plan import WhatIfRow, device_fit, whatif_row
+from strata.whatif.provenance import Evidence
+
+CHANNELS = (2, 4, 8, 12)
+BW_SCALES = (0.5, 1.0, 1.5, 2.0)
+GPU_MEMORY_GIB = (8, 12, 16, 24, 32, 48, 96)
+
+
+@dataclass
+class Variant:
+    label: str
+    device: CatalogueDevice
+    rows: list[WhatIfRow] = field(default_factory=list)
+    largest: str | None = None  # the largest published preset that fits whole
+
+
+def variants(dev: CatalogueDevice) -> list[Variant]:
+    out = []
+    sizes = dev.memory_options_gib or ((dev.memory_gib,) if dev.kind != "gpu"
+                                        else GPU_MEMORY_GIB)
+    for gib in sizes:
+        out.append(Variant(f"{gib:g} GiB @ {dev.bandwidth_gbs:g} GB/s", dev.with_memory(gib)))
+    if dev.kind == "cpu" and dev.memory_mts:
+        for ch in CHANNELS:
+            bw = ch * 8 * dev.memory_mts / 1000
+            out.append(Variant(f"{ch} ch x DDR-{dev.memory_mts} = {bw:g} GB/s @ "
+                               f"{dev.memory_gib:g} GiB",
+                               dev.with_memory(dev.memory_gib, bw, ch)))
+    else:
+        for scale in BW_SCALES:
+            bw = dev.bandwidth_gbs * scale
+            out.append(Variant(f"{bw:g} GB/s (x{scale:g}) @ {dev.memory_gib:g} GiB",
+                               dev.with_memory(dev.memory_gib, bw)))
+    return out
+
+
+def _preset_refs(quant: str) -> list[str]:
+    from strata.models.presets import preset_names
+
+    return [f"synthetic:{n}@{quant}" for n in preset_names(include_test=False)]
+
+
+def largest_preset(dev: CatalogueDevice, quant: str, options: FitOptions,
+                   hosting: Hosting) -> str | None:
+    """The published preset with the most weight bytes that fits whole on `dev`."""
+    best: tuple[int, str] | None = None
+    for ref in _preset_refs(quant):
+        model = resolve(ref)
+        if model.spec is None:
+            continue
+        size = model.spec.weight_bytes()
+        if best is not None and size <= best[0]:
+            continue
+        _, row = device_fit(model, dev, options, hosting)
+        if row.verdict == FITS:
+            best = (size, ref.split(":", 1)[1])
+    return best[1] if best else None
+
+
+def sweep(models: list[ResolvedModel], dev: CatalogueDevice, options: FitOptions,
+          hosting: Hosting, evidence: Evidence, quant: str) -> list[Variant]:
+    out = variants(dev)
+    for v in out:
+        v.rows = [whatif_row(m, v.device, options, hosting, evidence, {}) for m in models]
+        v.largest = largest_preset(v.device, quant, options, hosting)
+    return out
