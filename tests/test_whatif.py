@@ -285,3 +285,23 @@ def test_cli_whatif_json_fit_on_and_errors(tmp_path: Path) -> None:
     assert price.returncode == 2 and "DEVICE=USD" in price.stderr
     listed = run_cli("whatif", "--list", "-o", "json", home=tmp_path)
     assert listed.returncode == 0 and len(json.loads(listed.stdout)) >= 40
+
+
+def test_report_sets_this_hosts_measured_rate_beside_the_devices_asked(tmp_path: Path) -> None:
+    from strata.report import build_report
+    from strata.store.hosts import list_hosts
+
+    conn = _db_with_a_4090_result(tmp_path, 100.0)
+    fp = list_hosts(conn)[0].fingerprint
+    plain = build_report(conn, fp, planner=None)
+    assert "whatif" not in [s.id for s in plain.sections]  # only when devices are asked for
+    report = build_report(conn, fp, planner=None, on=("rtx-5090", "m4-max-40c"))
+    section = report.section("whatif")
+    assert section.has_data
+    assert "rtx-5090" in section.body and "m4-max-40c" in section.body
+    assert "100.0" in section.body  # this host's measured tg t/s beside the predictions
+    with pytest.raises(InputError):
+        from strata.commands.report import run_report
+
+        run_report(conn, tmp_path / "r.html", fp, on=("rtx 409",))
+    assert not (tmp_path / "r.html").exists()

@@ -129,10 +129,14 @@ def report(
                                            "HTML file.")] = Path("report.html"),
     open_it: Annotated[bool, typer.Option("--open", help="Open it in the default browser "
                                           "once written.")] = False,
+    on: Annotated[list[str] | None, typer.Option(
+        "--on", metavar="DEVICE", help="Add a 'what if' section: this host's models "
+        "predicted on a catalogue device (repeatable).", show_default=False)] = None,
     db: DbOption = None,
 ) -> None:
     """One self-contained HTML report: host card, roofline chart, t/s vs depth and prompt size,
-    sustained runs and throttling, quantisation frontier, fit table.
+    sustained runs and throttling, quantisation frontier, fit table (and with --on, what the
+    same models would do on other devices).
 
     No scripts, fonts or network requests: the file opens offline and can be shared as is.
     A section without data says which command fills it. The database is only read.
@@ -140,6 +144,7 @@ def report(
     [bold]Examples[/bold]
       strata report                          [dim]# writes ./report.html[/dim]
       strata report --out ~/host.html --open
+      strata report --on rtx-4090 --on m4-max-40c
     """
     from strata.commands.report import open_report, run_report
     from strata.report.build import check_out
@@ -148,7 +153,7 @@ def report(
     conn = read_store(db)
     if conn is None:
         raise InputError(f"{no_store(db)}; run strata probe or strata bench first")
-    outcome = run_report(conn, out_path)
+    outcome = run_report(conn, out_path, on=tuple(on or ()))
     out.print(outcome.summary(), highlight=False, soft_wrap=True, markup=False)
     if open_it and not open_report(outcome.path):
         err.print(f"could not start a browser: open {outcome.path} by hand", markup=False)

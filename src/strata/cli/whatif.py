@@ -24,8 +24,9 @@ RamOption = Annotated[float | None, typer.Option(
 @reflowed
 def whatif(
     models: Annotated[list[str] | None, typer.Argument(
-        metavar="MODEL", help="Models (several allowed) as fit takes them: file.gguf, a Hugging Face dir, "
-        "synthetic:<preset>@<quant>. Only metadata is read.", show_default=False)] = None,
+        metavar="MODEL", help="Models (several allowed) as fit takes them: file.gguf, a "
+        "Hugging Face dir, synthetic:<preset>@<quant>. Only metadata is read.",
+        show_default=False)] = None,
     on: OnOption = None,
     ctx: Annotated[int | None, typer.Option("--ctx", "-c", help="Context per sequence "
                                             "(default 4096).", show_default=False)] = None,
@@ -92,7 +93,8 @@ def whatif(
 
     def table() -> None:
         out.print(view.whatif_table(answer))
-        for line in [*view.support_lines(answer), *answer.notes]:
+        absent = [a for r in answer.rows for a in r.absent] if len(answer.rows) <= 12 else []
+        for line in [*absent, *view.support_lines(answer), *answer.notes]:
             out.print(line, highlight=False)
         for dev, variants in answer.sweeps.items():
             out.print(view.sweep_table(dev, variants))

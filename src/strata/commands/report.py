@@ -25,10 +25,16 @@ class ReportOutcome:
                 f"from {self.hostname}){missing}")
 
 
-def run_report(conn: sqlite3.Connection, out: Path,
-               fingerprint: str | None = None) -> ReportOutcome:
-    """Raises InputError (exit 2) for an empty DB or an --out that cannot be written."""
-    report = write_report(conn, out, fingerprint)
+def run_report(conn: sqlite3.Connection, out: Path, fingerprint: str | None = None,
+               on: tuple[str, ...] = ()) -> ReportOutcome:
+    """Raises InputError (exit 2) for an empty DB or an --out that cannot be written; `on`:
+    catalogue devices for the "what if" section."""
+    if on:  # a bad device name fails before anything is built
+        from strata.whatif.plan import parse_on
+
+        for name in on:
+            parse_on(name)
+    report = write_report(conn, out, fingerprint, on=on)
     path = Path(out).expanduser().resolve()
     return ReportOutcome(path, path.stat().st_size, len(report.data.results),
                          report.data.host.hostname,

@@ -51,7 +51,7 @@ def _header(data: ReportData, now: datetime) -> str:
 
 def build_report(conn: sqlite3.Connection, fingerprint: str | None = None,
                  planner: Planner | Literal["auto"] | None = AUTO,
-                 now: datetime | None = None) -> Report:
+                 now: datetime | None = None, on: tuple[str, ...] = ()) -> Report:
     """The whole report as one HTML string; InputError when the DB has nothing to show."""
     data = load_report_data(conn, fingerprint)
     pal = palette_for(data.results)
@@ -60,6 +60,10 @@ def build_report(conn: sqlite3.Connection, fingerprint: str | None = None,
                 sustained_section(data, pal), frontier_section(data),
                 fit_section(data, plan), ranking_section(data), kernel_writers_section(data),
                 training_section(data), results_section(data)]
+    if on:  # strata report --on DEVICE: this host beside the devices asked about
+        from strata.report.whatif import whatif_section
+
+        sections.insert(6, whatif_section(conn, data, on))
     now = now or datetime.now(timezone.utc)
     footer = ("Self-contained: no scripts, fonts or network requests. Hover a point for its "
               "figures. Measured values are from this host's results database; fit figures "
@@ -110,7 +114,8 @@ def _unwritable(out: Path, exc: OSError) -> InputError:
 
 
 def write_report(conn: sqlite3.Connection, out: Path, fingerprint: str | None = None,
-                 planner: Planner | Literal["auto"] | None = AUTO) -> Report:
-    report = build_report(conn, fingerprint, planner)
+                 planner: Planner | Literal["auto"] | None = AUTO,
+                 on: tuple[str, ...] = ()) -> Report:
+    report = build_report(conn, fingerprint, planner, on=on)
     write_text_atomic(out, report.html)
     return report

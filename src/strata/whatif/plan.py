@@ -131,6 +131,10 @@ def whatif_row(model: ResolvedModel, dev: CatalogueDevice, options: FitOptions,
     if row.verdict != FITS:
         out.absent.append(f"{dev.id}: {row.verdict_text}: no speed predicted (a split's "
                           "speed is not modelled)")
+        eo = row.expert_offload
+        if eo is not None and eo.fits:  # a MoE: the shared weights on the GPU still help
+            out.absent.append(f"{dev.id}: with the experts in RAM ({eo.flags}) the rest fits "
+                              "on the GPU: strata fit MODEL --on DEVICE shows the plan")
         return out
     rt = options.rules.runtime(model, host_profile(dev, hosting), row.budget.kind,
                                options.kv_type)
