@@ -208,6 +208,13 @@ def test_eta_comes_from_this_db_first_then_the_architecture_then_published(
     assert family.tier == "same architecture in the DB"
     other = evidence.speed(find_device("rtx-3090"), "decode")
     assert other.tier == "published"
+    # no AMD row is fitted: the other vendor's class of the same memory technology, with at
+    # least the prior's spread; a CPU platform has no such class: the prior
+    gddr, hbm = (evidence.speed(find_device(d), "decode") for d in ("rx-7900-xtx", "mi300x"))
+    assert gddr.tier == hbm.tier == "published, other vendor"
+    assert "nvidia-gpu" in gddr.basis and "nvidia-hbm" in hbm.basis
+    assert gddr.low <= 5 / 7 and gddr.high >= 9 / 7
+    assert evidence.speed(find_device("epyc-9654"), "decode").tier == "prior"
     row = whatif_row(resolve(MODEL), find_device("rtx-4090"), FitOptions(),
                      Hosting(64 * 2**30), evidence, {})
     assert row.record()["decode_eta_basis"].startswith("this device in the DB")

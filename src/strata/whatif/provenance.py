@@ -24,7 +24,7 @@ from strata.store.runs import StoredResult
 from strata.whatif.published import Published, fit_decode
 
 TIERS = ("this device in the DB", "same architecture in the DB", "published",
-         "published, other classes", "prior")
+         "published, other vendor", "published, other classes", "prior")
 
 
 @dataclass(frozen=True)
@@ -146,7 +146,25 @@ class Evidence:
             return Speed(phase, fit.eta, fit.c_s, fit.low, fit.high, "published", fit.basis)
         if phase == "prefill":  # a datasheet FLOP/s peak is reached far less than its
             return self._other_classes(dtype)  # bandwidth: fit's prior (0.7) would mislead
-        return prior(phase)
+        return self._same_memory(dev) or prior(phase)
+
+    def _same_memory(self, dev: CatalogueDevice) -> Speed | None:
+        """Decode of a GPU class without published rows: the fit of another vendor's GPUs
+        with the same memory technology (GDDR/LPDDR or HBM): the per-token cost c of a GPU
+        runtime is not zero, which the prior would assume."""
+        if dev.device_class in ("cpu", "apple"):
+            return None
+        tech = dev.device_class.rsplit("-", 1)[-1]
+        fits = [f for (cls, phase, _), f in self.published.fits.items()
+                if phase == "decode" and cls.endswith(f"-{tech}") and cls != dev.device_class]
+        if not fits:
+            return None
+        fit = max(fits, key=lambda f: f.n)
+        # another vendor's software: at least the prior's spread around the estimate
+        low, high = min(fit.low, PRIOR_LOW / PRIOR_ETA), max(fit.high, PRIOR_HIGH / PRIOR_ETA)
+        return Speed("decode", fit.eta, fit.c_s, low, high, "published, other vendor",
+                     f"published, other vendor: {fit.basis} (none published for "
+                     f"{dev.device_class}; same memory technology)")
 
     def _other_classes(self, dtype: str | None) -> Speed:
         fits = [f for (_, phase, d), f in self.published.fits.items()
