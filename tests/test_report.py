@@ -35,6 +35,7 @@ from strata.report.derive import (
     varied,
 )
 from strata.report.fit_table import default_planner
+from strata.report.frontier import _table as _frontier_table
 from strata.report.frontier import frontier_data, summary_line
 from strata.report.html import CSP
 from strata.report.svg import (
@@ -284,6 +285,14 @@ def test_frontier_uses_the_runs_delta_and_anchors_the_reference() -> None:
                                           "+0.900 PPL, KL 0.05, top-1 90.0%")
     no_speed = frontier_data([{**rows[0], "speed_ratio": None}], [])
     assert not no_speed.ratio and "decode t/s" in no_speed.speed_label
+    # a ratio from a busy host (or too few repetitions) keeps its mark in the report
+    busy = frontier_data([{**rows[0], "speed": {"caveat": "a busy host"}}], [])
+    weak = busy.points[1]
+    assert weak.caveat == "a busy host"
+    assert summary_line(weak, busy.ratio).startswith(
+        "m@q4_0 vs m@f16 (torch): 2.00\u00d7 decode (weak: a busy host)")
+    assert "weak: a busy host" in str(_frontier_table(busy))
+    assert "weak" not in str(_frontier_table(fd))
 
 
 def test_empty_sections_name_the_command_that_fills_them(tmp_path: Path) -> None:

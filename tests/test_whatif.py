@@ -290,6 +290,15 @@ def test_cli_whatif_json_fit_on_and_errors(tmp_path: Path) -> None:
     price = run_cli("whatif", MODEL, "--on", "rtx-4090", "--price", "rtx-4090=free",
                     home=tmp_path)
     assert price.returncode == 2 and "DEVICE=USD" in price.stderr
+    (tmp_path / "prices.txt").write_text("# what I was quoted\nrtx-4090, 1800\nrx-9070-xt=600\n")
+    filed = run_cli("whatif", MODEL, "--on", "rtx-4090", "--on", "rx-9070-xt", "--prices",
+                    str(tmp_path / "prices.txt"), "--price", "rtx-4090=1599", "-o", "json",
+                    home=tmp_path)
+    assert filed.returncode == 0, filed.stderr
+    paid = {r["device"]: r["price_usd"] for r in json.loads(filed.stdout)["rows"]}
+    assert paid == {"rtx-4090": 1599.0, "rx-9070-xt": 600.0}  # the flag wins over the file
+    missing = run_cli("whatif", MODEL, "--prices", str(tmp_path / "nope.json"), home=tmp_path)
+    assert missing.returncode == 2 and "cannot read" in missing.stderr
     listed = run_cli("whatif", "--list", "-o", "json", home=tmp_path)
     assert listed.returncode == 0 and len(json.loads(listed.stdout)) >= 40
 

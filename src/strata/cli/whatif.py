@@ -36,6 +36,9 @@ def whatif(
     price: Annotated[list[str] | None, typer.Option(
         "--price", metavar="DEVICE=USD", help="What a device costs you (repeatable): adds "
         "t/s per $1000. Prices are never shipped.", show_default=False)] = None,
+    prices: Annotated[str | None, typer.Option(
+        "--prices", metavar="FILE", help="Prices from a file: JSON {device: USD} or "
+        "lines device=USD.", show_default=False)] = None,
     ram: RamOption = None,
     sweep: Annotated[str | None, typer.Option(
         "--sweep", metavar="WHAT", help="memory: vary the --on device's memory size and "
@@ -87,8 +90,10 @@ def whatif(
                          "synthetic:llama-3.1-8b@q4_k_m --on rtx-4090")
     conn = read_store(db)
     from strata.commands.whatif import run_whatif
+    from strata.whatif.plan import read_price_file
 
-    answer = run_whatif(conn, models, on or [], ctx=ctx, kv_type=kv_type, prices=price or [],
+    items = [*(read_price_file(prices) if prices else []), *(price or [])]  # flags win
+    answer = run_whatif(conn, models, on or [], ctx=ctx, kv_type=kv_type, prices=items,
                         ram_gib=ram, sweep_what=sweep)
 
     def table() -> None:

@@ -14,8 +14,8 @@ from typing import Any
 
 from strata.report.data import ReportData
 from strata.report.derive import kind
-from strata.report.html import Raw, Section, empty, figure, note, table
-from strata.report.svg import TIMES, Chart, Series, color, wants_log
+from strata.report.html import Raw, Section, badge, empty, figure, note, table
+from strata.report.svg import TIMES, Chart, Series, color, esc, wants_log
 from strata.store.runs import StoredResult
 
 QUALITY = "strata quality MODEL --ref REF_MODEL"
@@ -33,6 +33,7 @@ class FrontierPoint:
     d_ppl: float | None
     label: str = ""  # short name on the chart: the quantisation ("q4_0")
     is_ref: bool = False
+    caveat: str | None = None  # why the speed figure is weak ("a busy host", "2 repetition(s)")
 
 
 @dataclass
@@ -101,9 +102,11 @@ def frontier_data(rows: list[dict[str, Any]], results: list[StoredResult]) -> Fr
         model, backend = str(q.get("model", "?")), str(q.get("backend", "?"))
         speed = _num(q.get("speed_ratio")) if ratio else decode_tps(results, model, backend)
         ppl = _num(q.get("ppl"))
+        caveat = (q.get("speed") or {}).get("caveat") if ratio else None
         points.append(FrontierPoint(
             model, q.get("ref"), backend, ppl, _num(q.get("kl")), _num(q.get("top1")), speed,
-            _delta(q, ppl, _ref_ppl(q, rows)), _short(model, q.get("model_label"))))
+            _delta(q, ppl, _ref_ppl(q, rows)), _short(model, q.get("model_label")),
+            caveat=caveat))
     label = (f"decode speed vs reference ({TIMES})" if ratio
              else "decode t/s on this host (from strata bench)")
     return FrontierData(_anchors(rows, results, ratio) + points, label, ratio)
@@ -115,6 +118,8 @@ def summary_line(p: FrontierPoint, ratio: bool) -> str:
     parts = []
     if p.speed is not None:
         parts.append(f"{p.speed:.2f}{TIMES} decode" if ratio else f"{p.speed:,.1f} decode t/s")
+        if p.caveat:
+            parts[-1] += f" (weak: {p.caveat})"
     if p.d_ppl is not None:
         parts.append(f"{p.d_ppl:+.3f} PPL")
     elif p.ppl is not None:
@@ -146,10 +151,18 @@ def _fmt(v: float | None, spec: str) -> str | None:
     return None if v is None else format(v, spec)
 
 
+def _speed_cell(p: FrontierPoint, ratio: bool) -> object:
+    """The speed, marked as quality's table marks it when a side was busy or had n < 3."""
+    text = _fmt(p.speed, ".2f") if ratio else _fmt(p.speed, ",.1f")
+    if text is None or not p.caveat:
+        return text
+    return Raw(f"{esc(text)} {badge('weak: ' + p.caveat, 'bad')}")
+
+
 def _table(fd: FrontierData) -> Raw:
     rows = [(p.model + (" (reference)" if p.is_ref else ""), p.ref, p.backend,
              _fmt(p.ppl, ".3f"), _fmt(p.d_ppl, "+.3f"), _fmt(p.kl, ".4g"), _fmt(p.top1, ".1%"),
-             _fmt(p.speed, ".2f") if fd.ratio else _fmt(p.speed, ",.1f")) for p in fd.points]
+             _speed_cell(p, fd.ratio)) for p in fd.points]
     speed_col = f"speed vs ref ({TIMES})" if fd.ratio else "decode t/s"
     return table(["model", "ref", "backend", "PPL", "ΔPPL", "KL", "top-1", speed_col], rows,
                  cls="num")

@@ -39,6 +39,25 @@ def parse_on(text: str) -> CatalogueDevice:
     return dev.with_memory(gib)
 
 
+def read_price_file(path: str) -> list[str]:
+    """`--prices FILE`: JSON {"device": usd, …} or lines `device=usd` / `device,usd` (# for
+    comments) -> the same `DEVICE=USD` items --price takes."""
+    import json
+    from pathlib import Path
+
+    try:
+        text = Path(path).expanduser().read_text(encoding="utf-8")
+    except OSError as e:
+        raise InputError(f"--prices {path}: cannot read it ({e.strerror})") from None
+    if text.lstrip().startswith("{"):
+        try:
+            return [f"{k}={v}" for k, v in json.loads(text).items()]
+        except (json.JSONDecodeError, AttributeError):
+            raise InputError(f"--prices {path}: not a JSON object of device: USD") from None
+    lines = (ln.split("#", 1)[0].strip() for ln in text.splitlines())
+    return [ln.replace(",", "=", 1) if "=" not in ln else ln for ln in lines if ln]
+
+
 def parse_prices(items: list[str]) -> dict[str, float]:
     """`--price ID=USD` (repeatable) -> {catalogue id: dollars}."""
     out = {}
