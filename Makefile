@@ -42,7 +42,7 @@ PIP_LLAMA := CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PY) -m pip install --quiet \
 $(STAMP): pyproject.toml requirements/cpu-constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --upgrade --quiet pip
-	$(PIP_LLAMA) -e '.[torch,llamacpp,kernels,dev]'
+	$(PIP_LLAMA) -e '.[torch,llamacpp,kernels,dev,notebook]'
 	$(PY) scripts/llamacpp_amx.py || { $(PY) -m pip cache remove llama_cpp_python; \
 		$(PIP_LLAMA) --force-reinstall --no-deps llama-cpp-python; }
 	touch $(STAMP)

@@ -43,8 +43,8 @@ def test_import_is_light_and_lists_the_api() -> None:
     assert proc.returncode == 0, proc.stderr
     seen = json.loads(proc.stdout)
     assert seen["heavy"] == []
-    assert {"api", "kernels", "lab"} <= set(seen["all"])
-    assert set(seen["all"]) <= set(seen["dir"])
+    assert {"api", "kernels", "lab", "InputError"} <= set(seen["all"])
+    assert seen["dir"] == sorted(seen["all"])  # the API only: no Any, sys, import_module
 
 
 @pytest.mark.parametrize("name", ["probe", "bench", "fit", "quality"])
@@ -96,8 +96,29 @@ def test_fit_plans_a_synthetic_preset(env_home: Path) -> None:
 def test_fit_refuses_a_bad_argument_like_the_cli(env_home: Path) -> None:
     from strata.errors import InputError
 
-    with pytest.raises(InputError, match="kv"):
-        strata.api.fit(TINY, kv_type="q7_9")
+    with pytest.raises(InputError, match=r"^kv_type=q7_9: choose one of"):
+        strata.api.fit(TINY, kv_type="q7_9")  # the parameter's name, not the CLI's --kv-type
+    with pytest.raises(strata.InputError, match=r"^ctx=0: must be between"):
+        strata.api.fit(TINY, ctx=0)
+    with pytest.raises(strata.InputError, match=r"^on=rtx 409: not in the device catalogue"):
+        strata.api.whatif(TINY, on="rtx 409")
+
+
+def test_results_convert_to_records_and_pandas_with_the_documented_names(
+        env_home: Path) -> None:
+    from tests.test_output_schema import check
+
+    rows = strata.api.whatif("synthetic:llama-3.1-8b@q4_k_m", on=["rtx-4090", "rx-9070-xt"])
+    assert isinstance(rows, list) and len(rows) == 2
+    for rec in rows.to_records():
+        check(rec, "whatif")
+    html = rows._repr_html_()
+    assert html.count("<tr>") == 3 and "<th>predicted_decode_ts</th>" in html
+    df = rows.to_pandas()
+    assert list(df["device"]) == ["rtx-4090", "rx-9070-xt"]
+    plan = strata.api.fit(TINY, ctx=256)
+    assert plan.to_records() == plan.records()
+    assert set(plan.to_pandas().columns) == set(plan.records()[0])
 
 
 def test_bench_runs_llamacpp_and_returns_llama_bench_records(env_home: Path) -> None:

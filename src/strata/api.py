@@ -10,14 +10,21 @@
 
 Each function does what its command does (the same checks, the same stored rows) and
 returns the data instead of printing it. Heavy pieces (torch, llama.cpp) are imported when
-a function is called, never by `import strata`. A bad argument raises strata.errors
-.InputError (the CLI's exit code 2) naming the argument as the CLI flag would.
+a function is called, never by `import strata`. A bad argument raises strata.InputError
+(the CLI's exit code 2) naming the argument by its parameter name here ("ctx=0: …").
+Results render as tables in Jupyter and convert with `.to_pandas()` / `.to_records()`
+(the documented `-o json` field names, docs/output.md).
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from strata.frame import Records
 
 if TYPE_CHECKING:
     import sqlite3
@@ -26,7 +33,6 @@ if TYPE_CHECKING:
 
     from strata.fit import FitReport
     from strata.hardware.profile import HostProfile
-    from strata.quality.run import QualityResult
 
 
 def _conn(db: Path | str | None) -> sqlite3.Connection:
@@ -60,7 +66,7 @@ def probe(*, smoke: bool = False, smoke_timeout_s: float = 90.0) -> HostProfile:
 
 
 def bench(model: str | list[str] | None = None, *, db: Path | str | None = None,
-          verbose: bool = False, **flags: Any) -> list[dict[str, Any]]:
+          verbose: bool = False, **flags: Any) -> Records:
     """Run `strata bench` and return its records (one dict per model x backend x test, in
     llama-bench's vocabulary: model_filename, n_prompt, n_gen, avg_ts, stddev_ts, samples_ts,
     ... plus strata's ceiling_ts and eta). The run is stored in the results DB.
@@ -72,7 +78,8 @@ def bench(model: str | list[str] | None = None, *, db: Path | str | None = None,
     reps=1, flash_attn=1, ...): numbers and lists become the text the command line takes
     ("16,32"), and a string is taken as typed ("1-4").
     Raises InputError for a bad flag and when nothing ran (every pair skipped: the reasons
-    are in the message).
+    are in the message). The list also renders as a table in a notebook and converts with
+    `.to_pandas()` / `.to_records()`.
     """
     from strata.commands.bench import run_bench
     from strata.commands.bench_options import BenchFlags, build_config
@@ -84,7 +91,7 @@ def bench(model: str | list[str] | None = None, *, db: Path | str | None = None,
     if not outcome.records and outcome.skipped:
         raise InputError("no results: " + "; ".join(f"{what}: {why}"
                                                     for what, why in outcome.skipped))
-    return outcome.records
+    return Records(outcome.records, BENCH_COLUMNS, "strata bench")
 
 
 def _as_typed(cls: type, flags: dict[str, Any]) -> dict[str, Any]:
@@ -130,26 +137,85 @@ def fit(model: str, *, ctx: int | None = None, batch: int = 1, kv_type: str | No
     from strata.store.db import open_db_readonly
 
     # only reads, as the CLI: a missing database is an empty one, and none is created
-    conn = open_db_readonly(Path(db) if db is not None else default_db_path())
-    return run_fit(conn, model, ctx=ctx, batch=batch, kv_type=kv_type, backend=backend,
-                   console=_console(verbose))
+    with _named_as_parameters():
+        conn = open_db_readonly(Path(db) if db is not None else default_db_path())
+        return run_fit(conn, model, ctx=ctx, batch=batch, kv_type=kv_type, backend=backend,
+                       console=_console(verbose))
 
 
 def quality(model: str, *, ref: str | None = None, text: Path | str | None = None,
             ctx: int = 512, backend: str = "auto", max_chunks: int = 32,
-            db: Path | str | None = None, verbose: bool = False) -> list[QualityResult]:
+            db: Path | str | None = None, verbose: bool = False) -> Records:
     """What a quantisation costs (`strata quality`): perplexity of `model` on `text` (default:
     the stdlib's pydoc topics, offline), and with `ref` (same vocabulary) KL divergence,
     top-1 agreement and the decode speed ratio. One result per backend (backend="both"
     scores on llama.cpp and PyTorch); each is stored. `result.to_dict()` is the stored row;
-    strata.commands.quality.quality_record(result.to_dict()) what `-o json` prints.
+    the returned list's `.to_records()` / `.to_pandas()` give what `-o json` prints, and a
+    notebook shows it as the terminal's table.
     """
-    from strata.commands.quality import run_quality_command
+    from strata.commands.quality import quality_record, run_quality_command
     from strata.quality.run import QualityConfig
+    from strata.views.quality import MD_FIELDS
 
-    config = QualityConfig(model=model, ref=ref, text=Path(text) if text is not None else None,
-                           ctx=ctx, backend=backend, max_chunks=max_chunks)
-    return run_quality_command(_conn(db), config, _console(verbose))
+    with _named_as_parameters():
+        config = QualityConfig(model=model, ref=ref,
+                               text=Path(text) if text is not None else None, ctx=ctx,
+                               backend=backend, max_chunks=max_chunks)
+        results = run_quality_command(_conn(db), config, _console(verbose))
+    return Records(results, MD_FIELDS, f"strata quality · {model}",
+                   lambda r: quality_record(r.to_dict()))
 
 
-__all__ = ["bench", "fit", "probe", "quality"]
+def whatif(model: str | list[str], *, on: str | list[str] | None = None,
+           ctx: int | None = None, kv_type: str | None = None,
+           prices: dict[str, float] | None = None, ram_gib: float | None = None,
+           db: Path | str | None = None) -> Records:
+    """What if I bought a device (`strata whatif`): per model and catalogue device, fit's
+    verdict, the support verdict, predicted decode/prefill t/s with a range and where its η
+    comes from, t/s per $1000 (prices: {device: USD}) and per watt. on: catalogue ids or
+    names (None: every device). Returns Records of the documented whatif fields
+    (docs/output.md); only metadata is read, the DB only read.
+    """
+    from strata.commands.whatif import run_whatif
+    from strata.paths import default_db_path
+    from strata.store.db import open_db_readonly
+
+    models = [model] if isinstance(model, str) else list(model)
+    devices = [on] if isinstance(on, str) else list(on or [])
+    items = [f"{k}={v}" for k, v in (prices or {}).items()]
+    with _named_as_parameters():
+        conn = open_db_readonly(Path(db) if db is not None else default_db_path())
+        answer = run_whatif(conn, models, devices, ctx=ctx, kv_type=kv_type, prices=items,
+                            ram_gib=ram_gib, sweep_what=None)
+    return Records(answer.records(), WHATIF_COLUMNS, "strata whatif")
+
+
+WHATIF_COLUMNS = ("model_filename", "device", "memory_gib", "bandwidth_gbs", "verdict",
+                  "max_ctx", "predicted_decode_ts", "predicted_prefill_ts", "decode_eta_basis",
+                  "decode_ts_per_kusd", "decode_ts_per_watt")
+BENCH_COLUMNS = ("model_filename", "backend", "n_threads", "n_prompt", "n_gen", "n_depth",
+                 "avg_ts", "stddev_ts", "ceiling_ts", "eta", "bound", "host_busy")
+
+# CLI flag -> the API's parameter, so an error names what the caller typed
+PARAMETERS = {"--ctx": "ctx=", "-c": "ctx=", "-np": "batch=", "--kv-type": "kv_type=",
+              "--backend": "backend=", "-B": "backend=", "--ref": "ref=", "--text": "text=",
+              "--max-chunks": "max_chunks=", "--on": "on=", "--price": "prices=",
+              "--ram": "ram_gib=", "MODEL": "model="}
+
+
+@contextmanager
+def _named_as_parameters() -> Iterator[None]:
+    """Re-raise an InputError with the CLI's flag names turned into this API's parameter
+    names ('--ctx 0: …' -> 'ctx=0: …')."""
+    from strata.errors import InputError
+
+    try:
+        yield
+    except InputError as e:
+        text = str(e)
+        for flag, param in sorted(PARAMETERS.items(), key=lambda kv: -len(kv[0])):
+            text = re.sub(rf"(?<![\w-]){re.escape(flag)}(?![\w-]) ?", param, text)
+        raise InputError(text) from None
+
+
+__all__ = ["Records", "bench", "fit", "probe", "quality", "whatif"]

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 
 from strata.fit import EtaHistory, FitOptions, FitReport, fit_model
-from strata.fit.plan import DEFAULT_CTX, check_model
+from strata.fit.plan import DEFAULT_CTX, FIT_COLUMNS, check_model
 from strata.measure.roofline import Roofline
 from strata.models.source import resolve
 from strata.store.hosts import latest_measurement
@@ -93,10 +93,7 @@ def print_fit(report: FitReport, fmt: str, out: Console) -> None:
          table=lambda: _print_table(report, out))
 
 
-# -o md: the table's columns, by their record field names (docs/output.md)
-MD_FIELDS = ("model_filename", "backend", "device", "name", "weights_bytes", "kv_bytes",
-             "total_bytes", "available_bytes", "verdict", "n_gpu_layers", "max_ctx",
-             "predicted_prefill_ts", "predicted_decode_ts")
+MD_FIELDS = FIT_COLUMNS  # -o md: the table's columns (strata.fit.plan)
 
 
 def _print_table(report: FitReport, out: Console) -> None:

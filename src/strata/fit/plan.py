@@ -119,6 +119,23 @@ class FitReport:
         return [{**head, **_device_json(r), **self._predicted(r.budget.device)}
                 for r in self.rows]
 
+    def to_records(self) -> list[dict[str, Any]]:
+        """records(), by the name every API result uses (strata.frame)."""
+        return self.records()
+
+    def to_pandas(self) -> Any:
+        from strata.frame import to_pandas
+
+        return to_pandas(self.records())
+
+    def _repr_html_(self) -> str:
+        from strata.frame import html_table
+
+        o = self.options
+        title = (f"strata fit · {self.model['ref']} · {o.backend} · ctx {o.ctx:,} x "
+                 f"batch {o.batch}")
+        return html_table(self.records(), FIT_COLUMNS, title)
+
     def _predicted(self, device: str) -> dict[str, float | None]:
         mine = [p for p in self.predictions if p.device == device and "@" not in p.test]
         by_phase = {p.phase: p.tps for p in mine}
@@ -126,6 +143,10 @@ class FitReport:
                 "predicted_decode_ts": by_phase.get("decode")}
 
 
+# the table's columns, by their record field names (docs/output.md): -o md and notebooks
+FIT_COLUMNS = ("model_filename", "backend", "device", "name", "weights_bytes", "kv_bytes",
+               "total_bytes", "available_bytes", "verdict", "n_gpu_layers", "max_ctx",
+               "predicted_prefill_ts", "predicted_decode_ts")
 MODEL_FIELDS = {"ref": "model_filename", "params": "model_n_params",
                 "weight_bytes": "model_size"}  # internal name -> output name (llama-bench's)
 
