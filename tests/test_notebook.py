@@ -52,6 +52,8 @@ def test_the_api_notebook_runs_and_renders(tmp_path: Path,
     assert "pp16" in html and "tg4" in html and "eta" in html
     html, _ = cell("scores = api.quality")
     assert "<table" in html and "ppl" in html
+    html, _ = cell("strata.kernels.implementations")
+    assert "<table" in html and "c.naive" in html and "dialect" in html
     html, _ = cell("api.whatif(")
     assert "rtx-4090" in html and "m4-max-40c" in html and "published" in html
     _, printed = cell("try:")

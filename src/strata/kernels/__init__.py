@@ -238,14 +238,19 @@ def _session(db: Path | None) -> Any:  # -> strata.kernels.service.Session
     return session(db=db)
 
 
-def implementations(op: str | None = None, db: Path | None = None) -> list[dict[str, Any]]:
+def implementations(op: str | None = None, db: Path | None = None) -> Any:
     """`strata kernels list`: one dict per implementation of `op` (None: every op) with
     op, impl, dialect, requires, available (here), verified (this host's verdict or "-"),
     speedup over torch eager (geomean over shapes, with its range) and origin (builtin or
-    external)."""
+    external). A list that renders as a table in a notebook (`.to_pandas()`)."""
+    from strata.frame import Records
     from strata.kernels.service import list_records
 
-    return list_records(_session(db), op)
+    return Records(list_records(_session(db), op), LIST_COLUMNS, "strata kernels list")
+
+
+LIST_COLUMNS = ("op", "impl", "dialect", "requires", "available", "verified", "speedup",
+                "origin", "trust")
 
 
 def verify(op: str | None = None, impl: str | None = None, *, force: bool = False,
@@ -253,11 +258,13 @@ def verify(op: str | None = None, impl: str | None = None, *, force: bool = Fals
     """`strata kernels verify`: prove implementations of `op` (or one, `impl` such as
     "c.avx2") correct in the sandbox; returns one Verdict per implementation (`.status`
     pass, fail or compiled; `.to_dict()`). Verdicts are stored and reused per source."""
+    from strata.frame import Records
     from strata.kernels.service import run_verify, select
 
     s = _session(db)
-    return run_verify(s, select(op, impl, s.conn), force=force, timeout_s=timeout_s,
-                      progress=lambda _m: None)
+    verdicts = run_verify(s, select(op, impl, s.conn), force=force, timeout_s=timeout_s,
+                          progress=lambda _m: None)
+    return Records(verdicts, (), "strata kernels verify", lambda v: v.to_dict())
 
 
 def add(path: str | Path, *, timeout_s: float = 300.0, db: Path | None = None) -> Any:
