@@ -41,6 +41,9 @@ METAVAR_EXCEPTIONS = {
     "--out": "train's is a run folder (DIR), report's an HTML file (FILE)",
     "--export": "train's is a flag (--export/--no-export), kernels attempts' a FILE",
     "--threads": "bench sweeps a list (-t 1-2,4), train takes one count",
+    "-t": "bench sweeps a list of thread counts (llama-bench's -t), ring serve takes one",
+    "-p": "bench's is prompt sizes (llama-bench's -p), ring run's the prompt text (llama-cli's)",
+    "-n": "bench's is generation sizes (llama-bench's -n), ring run's one count (llama-cli's)",
     "--models": "ring serve's is a directory of model files (DIR), kernels eval's a list of "
                 "language models (MODELS)",
 }
@@ -240,3 +243,19 @@ def test_every_data_command_takes_o_and_json() -> None:
         if ("--format" in opts) != ("--json" in opts) or ("--format" in opts) != ("-o" in opts):
             uneven.append(" ".join(path))
     assert not uneven, f"-o and --json not both offered: {uneven}"
+
+
+def test_placeholders_say_what_to_type(pages: dict[tuple[str, ...], str]) -> None:
+    """No Python type in help (`<str>`, `<bool>`, `<list[str]>`), nothing after a flag, and
+    a required argument as `MODEL` in the usage line (not typer's `{MODEL}`)."""
+    typed = [(" ".join(p), m) for p, page in pages.items()
+             for m in re.findall(r"<(?:str|int|float|bool|path|list\[[a-z]+\])>", page)]
+    assert not typed, f"type placeholders: {typed}"
+    braces = [(" ".join(p), line.strip()) for p, page in pages.items()
+              for line in page.splitlines()
+              if line.strip().startswith("Usage:") and re.search(r"\{[A-Z]", line)]
+    assert not braces, f"typer's {{ARG}} in usage lines: {braces}"
+    fit = pages[("fit",)]
+    assert re.search(r"Usage: strata fit \[OPTIONS\] MODEL\b", fit)
+    assert re.search(r"--swa-full +llama", fit)  # a flag: no value column
+    assert re.search(r"-p +N\[,N\.\.\.\]", pages[("bench",)])

@@ -50,7 +50,7 @@ def _root(version: Annotated[bool, typer.Option("--version", callback=_version,
           progress: Annotated[bool | None, typer.Option(
               "--progress/--no-progress", show_default=False,
               help="Progress of long commands on stderr: a live bar on a terminal, plain "
-              "lines when piped; off with --no-progress or STRATA_PROGRESS=0.")] = None) \
+              "lines when piped; --no-progress or STRATA_PROGRESS=0 turn it off.")] = None) \
         -> None:
     """strata profiles local-AI hardware: probe, measure, bench, explain."""
     set_progress(progress)
@@ -109,5 +109,7 @@ from strata.cli import (  # noqa: E402, F401
     whatif,
 )
 from strata.cli.helptext import reflow_tree  # noqa: E402
+from strata.cli.metavars import install as install_metavars  # noqa: E402
 
 reflow_tree(app)  # every docstring's prose rewrapped by rich at the terminal's width
+install_metavars()  # help shows N, PATH, TYPE, never <str>/<bool> (strata.cli.metavars)

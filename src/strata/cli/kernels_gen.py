@@ -44,7 +44,7 @@ SkillOption = Annotated[str | None, typer.Option(
     help="A skill added to the prompt: a folder (SKILL.md + skill.json) or builtin:<dialect>.")]
 KeyOption = Annotated[str | None, typer.Option(
     "--api-key-env", metavar="VAR", rich_help_panel=MODEL_PANEL, show_default=False,
-    help="Environment variable with the API key (read at run time, never stored).")]
+    help="Env var with the API key.")]
 TempOption = Annotated[float, typer.Option("--temperature", rich_help_panel=MODEL_PANEL,
                                            help="Temperature of the sampling (0 to 2).")]
 TimeoutOption = Annotated[float, typer.Option("--timeout", metavar="SECONDS",

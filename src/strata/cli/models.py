@@ -175,8 +175,8 @@ def quality(
         "q3_k_m, q2_k, f16; comma-separated) and score each one against MODEL.",
         show_default=False)] = None,
     text: Annotated[Path | None, typer.Option(
-        "--text", metavar="FILE", help="UTF-8 text to score (default: the stdlib's pydoc "
-        "topics, offline).")] = None,
+        "--text", metavar="FILE", help="UTF-8 text to score (default: the pydoc topics "
+        "that ship with Python, offline).")] = None,
     ctx: Annotated[int, typer.Option(
         "--ctx", help="Tokens per chunk; the second half of each chunk is scored "
         "(llama-perplexity's convention).")] = 512,

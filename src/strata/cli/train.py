@@ -68,7 +68,7 @@ def train(
         help="Validate every N steps.")] = None,
     ckpt_every: Annotated[int | None, Opt(
         metavar="N", rich_help_panel=RUN, show_default=False,
-        help="Save a checkpoint every N steps (and on Ctrl-C).")] = None,
+        help="Save every N steps (and at Ctrl-C).")] = None,
     out_dir: Annotated[Path | None, Opt(
         "--out", metavar="DIR", rich_help_panel=RUN, show_default=False,
         help="Run folder; default $STRATA_HOME/train/run-<id> (a new folder per run).")]

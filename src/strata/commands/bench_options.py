@@ -60,25 +60,31 @@ class BenchFlags:
     model_opt: Annotated[list[str] | None, Opt("-m", "--model", metavar="MODEL", help="A model "
                                               "as llama-bench takes it (repeatable); runs after "
                                               "any positional MODEL.")] = None
-    backend: Annotated[str, Opt("--backend", "-B", help=escape(backend_help()))] = "auto"
-    n_prompt: Annotated[str, Opt("-p", "--n-prompt",
+    backend: Annotated[str, Opt("--backend", "-B", metavar="BACKEND",
+                                 help=escape(backend_help()))] = "auto"
+    n_prompt: Annotated[str, Opt("-p", "--n-prompt", metavar="N[,N...]",
                                  help="Sizes of the pp tests, or none.")] = "512"
-    n_gen: Annotated[str, Opt("-n", "--n-gen", help="Sizes of the tg tests, or none.")] = "128"
+    n_gen: Annotated[str, Opt("-n", "--n-gen", metavar="N[,N...]",
+                              help="Sizes of the tg tests, or none.")] = "128"
     pg: Annotated[list[str] | None, Opt("-pg", "--pg", metavar="PROMPT,GEN",
                                         help="Combined pp+tg test (repeatable).")] = None
-    depth: Annotated[str, Opt("-d", "--n-depth", help="Context already in the KV cache.")] = "0"
-    batch: Annotated[str, Opt("-b", "--batch-size", help="llama.cpp n_batch.")] = "2048"
-    ubatch: Annotated[str, Opt("-ub", "--ubatch-size", help="llama.cpp n_ubatch.")] = "512"
-    threads: Annotated[str, Opt("-t", "--threads", help="CPU threads (default: physical "
-                                "cores).")] = ""
-    n_gpu_layers: Annotated[str, Opt("-ngl", "--n-gpu-layers",
+    depth: Annotated[str, Opt("-d", "--n-depth", metavar="N[,N...]",
+                              help="Context already in the KV cache.")] = "0"
+    batch: Annotated[str, Opt("-b", "--batch-size", metavar="N[,N...]",
+                              help="llama.cpp n_batch.")] = "2048"
+    ubatch: Annotated[str, Opt("-ub", "--ubatch-size", metavar="N[,N...]",
+                               help="llama.cpp n_ubatch.")] = "512"
+    threads: Annotated[str, Opt("-t", "--threads", metavar="N[,N...]",
+                                help="CPU threads (default: physical cores).")] = ""
+    n_gpu_layers: Annotated[str, Opt("-ngl", "--n-gpu-layers", metavar="N[,N...]",
                                      help="Layers on the GPU (llama.cpp).")] = "0"
-    flash_attn: Annotated[str, Opt("-fa", "--flash-attn", help="0, 1 or 0,1 (llama.cpp).")] \
-        = "0"
-    kv_type: Annotated[str, Opt("-ctk", "--cache-type-k", help="K cache type, one or more "
-                                f"of {_or(KV_TYPES)}.")] = "f16"
-    kv_type_v: Annotated[str, Opt("-ctv", "--cache-type-v", help="V cache type: "
-                                  f"{', '.join(KV_TYPES)}; quantised needs -fa 1.")] = "f16"
+    flash_attn: Annotated[str, Opt("-fa", "--flash-attn", metavar="0|1[,...]",
+                                   help="0, 1 or 0,1 (llama.cpp).")] = "0"
+    kv_type: Annotated[str, Opt("-ctk", "--cache-type-k", metavar="TYPE[,...]",
+                                help=f"K cache type, one or more of {_or(KV_TYPES)}.")] = "f16"
+    kv_type_v: Annotated[str, Opt("-ctv", "--cache-type-v", metavar="TYPE[,...]",
+                                  help=f"V cache type: {', '.join(KV_TYPES)}; quantised "
+                                  "needs -fa 1.")] = "f16"
     device: Annotated[str, Opt("--device", help="torch device: cpu, cuda, cuda:1, mps.")] = "cpu"
     dtype: Annotated[str, Opt("--dtype", help=f"torch dtype: {_or(DTYPES)}.")] = "auto"
     reps: Annotated[str | None, Opt("-r", "--repetitions", metavar="N", help="Exactly N timed "

@@ -17,7 +17,7 @@ from strata.fit.plan import DEFAULT_CTX, FitOptions, check_model
 from strata.hardware.catalogue import CatalogueDevice, load_catalogue
 from strata.models.source import ResolvedModel, resolve
 from strata.whatif.device import Hosting
-from strata.whatif.plan import WhatIfRow, parse_on, parse_prices, whatif_row
+from strata.whatif.plan import WhatIfRow, parse_on, whatif_row
 from strata.whatif.provenance import Evidence, db_points
 from strata.whatif.published import shipped_fit
 from strata.whatif.sweep import Variant, sweep
@@ -77,36 +77,65 @@ def _quant(models: list[ResolvedModel]) -> str:
     return label if label in PRESET_QUANTS else "q4_k_m"
 
 
+def options_for(ctx: int | None, kv_type: str | None, flash_attn: bool = True,
+                batch: int = 1, backend: str = "llamacpp", swa_full: bool = False) -> FitOptions:
+    """fit's options on a catalogue device: llama.cpp's own defaults of today, -fa auto (on
+    wherever its backend has flash attention: CUDA, ROCm, Metal, Vulkan, CPU)."""
+    return FitOptions(ctx=DEFAULT_CTX if ctx is None else ctx, batch=batch,
+                      kv_type=kv_type.lower() if kv_type else None, backend=backend,
+                      swa_full=swa_full, flash_attn=flash_attn)
+
+
 def run_whatif(conn: sqlite3.Connection | None, refs: list[str], on: list[str], *,
-               ctx: int | None, kv_type: str | None, prices: list[str],
-               ram_gib: float | None, sweep_what: str | None) -> WhatIfAnswer:
+               ctx: int | None, kv_type: str | None, prices: dict[str, float],
+               ram_gib: float | None, sweep_what: str | None,
+               flash_attn: bool = True) -> WhatIfAnswer:
     if sweep_what is not None and sweep_what not in SWEEPS:
         raise InputError(f"--sweep {sweep_what}: choose {', '.join(SWEEPS)}")
     devices: list[CatalogueDevice] = [parse_on(x) for x in on] or list(load_catalogue())
     if sweep_what and not on:
         raise InputError("--sweep memory varies one device family: name it with --on "
                          "(e.g. --on epyc-9654 --sweep memory)")
-    price = parse_prices(prices)
-    options = FitOptions(ctx=ctx or DEFAULT_CTX, kv_type=kv_type)
+    options = options_for(ctx, kv_type, flash_attn)
     models = _models(refs, options)
     host, ev = hosting(ram_gib), evidence(conn)
-    rows = [whatif_row(m, d, options, host, ev, price) for m in models for d in devices]
+    rows = [whatif_row(m, d, options, host, ev, prices) for m in models for d in devices]
     if not on:  # the whole catalogue: the fastest first, what does not fit last
         rows.sort(key=lambda r: -(r.tps("decode") or 0))
-    answer = WhatIfAnswer(rows, host.ram_bytes / 2**30, notes=_notes(ev, host))
+    notes = _notes(ev, host, devices, options) + _model_notes(models, options)
+    unused = sorted(set(prices) - {d.id for d in devices})
+    if unused:
+        notes.append(f"--price for {', '.join(unused)}: not among the devices asked about")
+    answer = WhatIfAnswer(rows, host.ram_bytes / 2**30, notes=notes)
     if sweep_what:
         for d in devices:
             answer.sweeps[d.id] = sweep(models, d, options, host, ev, _quant(models))
     return answer
 
 
-def _notes(ev: Evidence, host: Hosting) -> list[str]:
-    notes = [f"a discrete GPU is planned beside {host.ram_bytes / 2**30:.0f} GiB of host RAM "
-             "(--ram)", "t/s = 1 / (x/η + c): x = seconds per token at the datasheet "
-             "roofline, η and c from this DB's results on the device or its architecture, "
-             "else published measurements of its class, else a prior (the basis column)",
-             "datasheet figures, not measurements: every figure's source is in "
-             "`strata whatif --list -o json`"]
+def _model_notes(models: list[ResolvedModel], options: FitOptions) -> list[str]:
+    out = []
+    for m in models:
+        limit = getattr(m.spec, "ctx_max", 0) if m.spec is not None else 0
+        if limit and options.ctx > limit:
+            out.append(f"--ctx {options.ctx:,} is beyond {m.ref}'s trained context "
+                       f"({limit:,})")
+    return out
+
+
+def _notes(ev: Evidence, host: Hosting, devices: list[CatalogueDevice],
+           options: FitOptions) -> list[str]:
+    notes = []
+    if any(d.kind == "gpu" for d in devices):
+        notes.append(f"a discrete GPU is planned beside {host.ram_bytes / 2**30:.0f} GiB of "
+                     "host RAM (--ram)")
+    fa = "on (llama.cpp's -fa auto)" if options.flash_attn else "off (-fa 0)"
+    notes += [f"flash attention {fa}: it sizes the compute buffers",
+              "t/s = 1 / (x/η + c): x = seconds per token at the datasheet "
+              "roofline, η and c from this DB's results on the device or its architecture, "
+              "else published measurements of its class, else a prior (the basis column)",
+              "datasheet figures, not measurements: every figure's source is in "
+              "`strata whatif --list -o json`"]
     if ev.points:
         notes.append(f"{len(ev.points)} stored results on catalogue devices inform η")
     return notes

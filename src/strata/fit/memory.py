@@ -45,6 +45,7 @@ class Shape:
     # the backend's KV cells of a sliding-window layer at this shape, where it keeps fewer
     # than n_kv there (None, or a rule answering None: the full context, as any other layer)
     window_rule: Callable[[Shape], int | None] | None = field(default=None, compare=False)
+    fa: bool | None = None  # llama.cpp -fa; None: implied by the KV type (below)
 
     @property
     def window_cells(self) -> int | None:
@@ -53,8 +54,10 @@ class Shape:
     @property
     def flash_attn(self) -> bool:
         # llama.cpp refuses a quantised V cache without flash attention, so a quantised KV
-        # type implies it; f16 follows bench's default (-fa 0)
-        return self.kv_type in ("q8_0", "q4_0")
+        # type implies it; f16 follows bench's default (-fa 0) unless `fa` says otherwise
+        if self.kv_type in ("q8_0", "q4_0"):
+            return True
+        return bool(self.fa)
 
     @property
     def kv_elem_bytes(self) -> float:

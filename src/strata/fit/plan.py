@@ -48,6 +48,7 @@ class FitOptions:
     kv_type: str | None = None  # None: the backend's default (llama.cpp f16; torch its dtype)
     backend: str = "llamacpp"
     swa_full: bool = False  # llama.cpp --swa-full: sliding-window layers keep the full context
+    flash_attn: bool | None = None  # llama.cpp -fa (None: bench's -fa 0, or a quantised KV's)
 
     def __post_init__(self) -> None:
         if not 1 <= self.ctx <= MAX_CTX:
@@ -203,7 +204,8 @@ def _model_summary(model: ResolvedModel, rt: Runtime) -> dict[str, Any]:
 def _shape(options: FitOptions, kv_type: str, spec: ModelSpec) -> Shape:
     rule, full = options.rules.window_cells, options.swa_full
     window = (lambda s: rule(spec, s, full)) if rule and spec.windowed_layers() else None
-    return Shape(ctx=options.ctx, batch=options.batch, kv_type=kv_type,  # bench's batches
+    return Shape(ctx=options.ctx, batch=options.batch, kv_type=kv_type, fa=options.flash_attn,
+                 # bench's batches
                  window_rule=window)
 
 

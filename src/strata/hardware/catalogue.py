@@ -134,23 +134,25 @@ def _keys(d: CatalogueDevice) -> set[str]:
     return {_norm(k) for k in (d.id, d.name, *d.aliases)}
 
 
-def find_device(name: str, devices: tuple[CatalogueDevice, ...] | None = None
-                ) -> CatalogueDevice:
+def find_device(name: str, devices: tuple[CatalogueDevice, ...] | None = None,
+                flag: str = "--on") -> CatalogueDevice:
     """The catalogue device a user named (id, name or alias; case, spaces and vendor words
-    ignored). InputError listing close matches when none or several match."""
+    ignored; a unique prefix of one, such as "a40"). InputError listing the candidates when
+    several match, or close matches when none does; `flag` names the option in it."""
     devices = devices if devices is not None else load_catalogue()
     want = _norm(name)
-    exact = [d for d in devices if want in _keys(d)]
-    if len(exact) == 1:
-        return exact[0]
-    if len(exact) > 1:
-        raise InputError(f"--on {name}: names several devices ({', '.join(d.id for d in exact)})"
-                         "; give one of those ids")
+    found = [d for d in devices if want in _keys(d)] or \
+        [d for d in devices if want and any(k.startswith(want) for k in _keys(d))]
+    if len(found) == 1:
+        return found[0]
+    if len(found) > 1:
+        raise InputError(f"{flag} {name}: names several devices "
+                         f"({', '.join(d.id for d in found)}); give one of those ids")
     keys = {k: d.id for d in devices for k in _keys(d)}
     close = difflib.get_close_matches(want, list(keys), n=8, cutoff=0.6)
     near = list(dict.fromkeys(keys[k] for k in close))[:5]
     hint = f"close: {', '.join(near)}" if near else "none close"
-    raise InputError(f"--on {name}: not in the device catalogue ({hint}); "
+    raise InputError(f"{flag} {name}: not in the device catalogue ({hint}); "
                      "`strata whatif --list` shows every device")
 
 

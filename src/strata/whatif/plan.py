@@ -14,7 +14,7 @@ from typing import Any
 from strata.errors import InputError
 from strata.fit.plan import FitOptions, FitReport, fit_model
 from strata.fit.predict import Prediction
-from strata.fit.verdict import FITS, DeviceFit
+from strata.fit.verdict import FITS, NO, PARTIAL, DeviceFit
 from strata.hardware.catalogue import CatalogueDevice, find_device
 from strata.models.source import ResolvedModel
 from strata.whatif.device import Hosting, fit_device_key, gpu_usable_bytes, host_profile
@@ -23,43 +23,49 @@ from strata.whatif.provenance import Evidence
 from strata.whatif.support import Support, support
 
 
-def parse_on(text: str) -> CatalogueDevice:
+def parse_on(text: str, flag: str = "--on") -> CatalogueDevice:
     """`--on ID` or `--on ID:GiB` (another memory size of the same device)."""
     name, _, mem = text.partition(":")
-    dev = find_device(name.strip())
+    dev = find_device(name.strip(), flag=flag)
     if not mem:
         return dev
     try:
         gib = float(mem.lower().removesuffix("gb").removesuffix("gib"))
     except ValueError:
-        raise InputError(f"--on {text}: memory after ':' must be a number of GiB "
+        raise InputError(f"{flag} {text}: memory after ':' must be a number of GiB "
                          f"(e.g. {dev.id}:64)") from None
     if not 1 <= gib <= 4096:
-        raise InputError(f"--on {text}: {gib:g} GiB is not a memory size (1-4096)")
+        raise InputError(f"{flag} {text}: {gib:g} GiB is not a memory size (1-4096)")
     return dev.with_memory(gib)
 
 
-def read_price_file(path: str) -> list[str]:
+def read_price_file(path: str) -> dict[str, float]:
     """`--prices FILE`: JSON {"device": usd, …} or lines `device=usd` / `device,usd` (# for
-    comments) -> the same `DEVICE=USD` items --price takes."""
+    comments) -> {catalogue id: dollars}; every error names the file."""
     import json
     from pathlib import Path
 
+    flag = f"--prices {path}:"
     try:
         text = Path(path).expanduser().read_text(encoding="utf-8")
     except OSError as e:
-        raise InputError(f"--prices {path}: cannot read it ({e.strerror})") from None
-    if text.lstrip().startswith("{"):
+        raise InputError(f"{flag} cannot read it ({e.strerror})") from None
+    if text.lstrip()[:1] in ("{", "["):
         try:
-            return [f"{k}={v}" for k, v in json.loads(text).items()]
+            raw = json.loads(text)
+            items = [f"{k}={v}" for k, v in raw.items()]
         except (json.JSONDecodeError, AttributeError):
-            raise InputError(f"--prices {path}: not a JSON object of device: USD") from None
-    lines = (ln.split("#", 1)[0].strip() for ln in text.splitlines())
-    return [ln.replace(",", "=", 1) if "=" not in ln else ln for ln in lines if ln]
+            raise InputError(f"{flag} not a JSON object of device: USD") from None
+    else:
+        lines = (ln.split("#", 1)[0].strip() for ln in text.splitlines())
+        items = [ln.replace(",", "=", 1) if "=" not in ln else ln for ln in lines if ln]
+    return parse_prices(items, flag)
 
 
-def parse_prices(items: list[str]) -> dict[str, float]:
+def parse_prices(items: list[str], flag: str = "--price") -> dict[str, float]:
     """`--price ID=USD` (repeatable) -> {catalogue id: dollars}."""
+    import math
+
     out = {}
     for item in items:
         name, sep, usd = item.partition("=")
@@ -67,9 +73,10 @@ def parse_prices(items: list[str]) -> dict[str, float]:
             value = float(usd.strip().lstrip("$").replace(",", "")) if sep else -1.0
         except ValueError:
             value = -1.0
-        if value <= 0:
-            raise InputError(f"--price {item}: give DEVICE=USD, e.g. rtx-4090=1599")
-        out[find_device(name.strip()).id] = value
+        if not math.isfinite(value) or value <= 0:
+            raise InputError(f"{flag} {item}: give DEVICE=USD with a price above 0, e.g. "
+                             "rtx-4090=1599")
+        out[find_device(name.strip(), flag=f"{flag} {item}:").id] = value
     return out
 
 
@@ -139,7 +146,25 @@ def device_fit(model: ResolvedModel, dev: CatalogueDevice, options: FitOptions,
     row.budget = replace(row.budget, device=dev.id, name=dev.name,
                          basis=basis if dev.kind != "cpu" else
                          f"{dev.memory_gib:g} GiB of DRAM (nothing else running)")
+    if dev.kind == "unified":
+        _one_memory(row, dev)
     return report, row
+
+
+def _one_memory(row: DeviceFit, dev: CatalogueDevice) -> None:
+    """A unified chip's GPU part and CPU part come out of one memory: a plan whose two parts
+    add up to more than it has does not fit (fit checks each against its own budget)."""
+    if row.verdict not in (FITS, PARTIAL):
+        return
+    parts = row.to_dict()["placement"]
+    total = sum((parts[side] or {}).get("total") or 0 for side in ("device", "host"))
+    if total <= dev.memory_bytes:
+        return
+    gib = 2**30
+    row.verdict = NO
+    row.reason = (f"the GPU's part and the CPU's part need {total / gib:.2f} GiB together, "
+                  f"{dev.memory_gib:g} GiB of unified memory holds both")
+    row.max_ctx = None
 
 
 def whatif_row(model: ResolvedModel, dev: CatalogueDevice, options: FitOptions,
