@@ -72,6 +72,11 @@ def test_a_bad_name_is_one_line_with_close_matches() -> None:
     with pytest.raises(InputError) as e:
         find_device("rtx 409")
     assert "close: rtx-4090" in str(e.value) and "\n" not in str(e.value)
+    with pytest.raises(InputError, match="names several devices") as e:
+        find_device("a100")  # three A100s: never a silent pick
+    assert all(d in str(e.value) for d in ("a100-pcie-40gb", "a100-pcie-80gb", "a100-sxm-80gb"))
+    with pytest.raises(InputError, match="names several devices"):
+        find_device("h100")  # PCIe 2.0 TB/s or SXM 3.35 TB/s
     assert parse_on("m3-max-40c:48").memory_gib == 48
     with pytest.raises(InputError):
         parse_on("m3-max-40c:lots")
@@ -241,9 +246,12 @@ def test_more_channels_decode_faster_and_more_memory_runs_larger_models() -> Non
     variants = sweep([resolve(MODEL)], dev, FitOptions(), Hosting(64 * 2**30),
                      Evidence(shipped_fit()), "q4_k_m")
     channels = [v for v in variants if " ch " in v.label]
+    assert [v.label.split(" ch")[0] for v in channels] == ["2", "8", "12"]  # its own 4: below
+    assert all("DDR5-5200" in v.label for v in channels)
     rates = [v.rows[0].tps("decode") for v in channels]
-    assert len(rates) == 4 and rates == sorted(rates) and rates[-1] > 5 * rates[0]
+    assert rates == sorted(rates) and rates[-1] > 5 * rates[0]  # 12 channels vs 2
     sizes = [v for v in variants if " ch " not in v.label]
+    assert any("(this device)" in v.label for v in sizes)
     small = replace(dev, memory_gib=8.0)
     assert sizes and all(v.largest for v in sizes)
     from strata.whatif.sweep import largest_preset
@@ -321,3 +329,29 @@ def test_report_sets_this_hosts_measured_rate_beside_the_devices_asked(tmp_path:
 
         run_report(conn, tmp_path / "r.html", fp, on=("rtx 409",))
     assert not (tmp_path / "r.html").exists()
+
+
+def test_a_unified_memory_holds_the_gpu_part_and_the_cpu_part_together() -> None:
+    """A 36 GiB Mac: Metal may wire 27 GiB; a 70B Q4_K_M (40 GiB) split 27 + 16 GiB does
+    not fit in 36, whatever fit says of each part alone."""
+    options, hosting = FitOptions(), Hosting(2**40)  # --ram cannot rescue a unified chip
+    _, row = device_fit(resolve("synthetic:llama-3.1-70b@q4_k_m"), parse_on("m4-max-32c:36"),
+                        options, hosting)
+    assert row.verdict == "does not fit" and "unified memory holds both" in row.reason
+    _, small = device_fit(resolve("synthetic:llama-3.1-8b@f16"), find_device("m1-8c"),
+                          options, hosting)
+    assert small.verdict == "does not fit"
+    _, whole = device_fit(resolve(MODEL), find_device("m4-max-40c"), options, hosting)
+    assert whole.verdict == "fits"
+
+
+def test_flash_attention_sizes_the_context_a_gpu_holds() -> None:
+    """llama.cpp's -fa auto (on): no per-head score matrix, so the 8B model keeps its full
+    128K context in 24 GiB; with -fa 0 the scores eat into it."""
+    from strata.commands.whatif import options_for
+
+    dev, hosting, model = find_device("rtx-4090"), Hosting(64 * 2**30), resolve(MODEL)
+    _, on = device_fit(model, dev, options_for(None, None, True), hosting)
+    _, off = device_fit(model, dev, options_for(None, None, False), hosting)
+    assert on.max_ctx == 131072 and on.max_ctx_is_model_limit
+    assert off.max_ctx < on.max_ctx

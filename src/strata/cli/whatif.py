@@ -6,7 +6,8 @@ from typing import Annotated
 
 import typer
 
-from strata.cli import DbOption, app, out
+from strata.api import WHATIF_COLUMNS
+from strata.cli import DbOption, app, err, out
 from strata.cli.helptext import reflowed
 from strata.cli.output import FormatOption, JsonOption, output_format, read_store
 from strata.errors import InputError
@@ -40,6 +41,9 @@ def whatif(
         "--prices", metavar="FILE", help="Prices from a file: JSON {device: USD} or "
         "lines device=USD.", show_default=False)] = None,
     ram: RamOption = None,
+    flash_attn: Annotated[int, typer.Option(
+        "-fa", "--flash-attn", metavar="0|1[,...]", help="Plan with flash attention "
+        "(llama.cpp's -fa auto: on, 1) or without (0).", show_default=False)] = 1,
     sweep: Annotated[str | None, typer.Option(
         "--sweep", metavar="WHAT", help="memory: vary the --on device's memory size and "
         "bandwidth (channels on a CPU platform).", show_default=False)] = None,
@@ -78,7 +82,9 @@ def whatif(
     from strata.views import whatif as view
 
     if list_devices:
-        devices = list(load_catalogue())
+        from strata.whatif.plan import parse_on
+
+        devices = [parse_on(x) for x in on] if on else list(load_catalogue())
         emit(out, fmt, [d.to_dict() for d in devices], document=[d.to_dict() for d in devices],
              table=lambda: out.print(view.catalogue_table(devices)))
         return
@@ -90,21 +96,32 @@ def whatif(
                          "synthetic:llama-3.1-8b@q4_k_m --on rtx-4090")
     conn = read_store(db)
     from strata.commands.whatif import run_whatif
-    from strata.whatif.plan import read_price_file
+    from strata.whatif.plan import parse_prices, read_price_file
 
-    items = [*(read_price_file(prices) if prices else []), *(price or [])]  # flags win
-    answer = run_whatif(conn, models, on or [], ctx=ctx, kv_type=kv_type, prices=items,
-                        ram_gib=ram, sweep_what=sweep)
+    if flash_attn not in (0, 1):
+        raise InputError(f"-fa {flash_attn}: flash attention is 0 (off) or 1 (on)")
+    paid = {**(read_price_file(prices) if prices else {}), **parse_prices(price or [])}
+    answer = run_whatif(conn, models, on or [], ctx=ctx, kv_type=kv_type, prices=paid,
+                        ram_gib=ram, sweep_what=sweep, flash_attn=bool(flash_attn))
+    if answer.sweeps and fmt not in ("table", "json"):
+        err.print(f"the sweep is in -o json and the table; -o {fmt} holds the rows only",
+                  markup=False, highlight=False)
 
     def table() -> None:
-        out.print(view.whatif_table(answer))
+        from strata.views.columns import dropped_line
+
+        table, dropped = view.whatif_table(answer, out.width)
+        out.print(table)
+        if dropped_line(dropped):
+            out.print(dropped_line(dropped), highlight=False, markup=False)
         absent = [a for r in answer.rows for a in r.absent] if len(answer.rows) <= 12 else []
         for line in [*absent, *view.support_lines(answer), *answer.notes]:
             out.print(line, highlight=False)
         for dev, variants in answer.sweeps.items():
             out.print(view.sweep_table(dev, variants))
 
-    emit(out, fmt, answer.records(), document=answer.to_json(), table=table)
+    emit(out, fmt, answer.records(), document=answer.to_json(), table=table,
+         md_columns=WHATIF_COLUMNS)
 
 
 def _validate(fmt: str) -> None:

@@ -63,13 +63,12 @@ def run_fit_on(conn: sqlite3.Connection | None, ref: str, on: list[str], *, ctx:
                ram_gib: float | None) -> FitReport:
     """`fit --on DEVICE…`: the plan on catalogue devices (strata.whatif), predictions from
     their datasheet rooflines and η from this DB, published measurements or a prior."""
-    from strata.commands.whatif import evidence, hosting
+    from strata.commands.whatif import evidence, hosting, options_for
     from strata.whatif.plan import fit_on, parse_on
 
     devices = [parse_on(x) for x in on]
     model = resolve(ref)
-    options = FitOptions(ctx=_ctx(model, ctx), batch=batch, kv_type=kv_type, backend=backend,
-                         swa_full=swa_full)
+    options = options_for(_ctx(model, ctx), kv_type, True, batch, backend, swa_full)
     check_model(model, options)
     return fit_on(model, devices, options, hosting(ram_gib), evidence(conn))
 
@@ -97,9 +96,13 @@ MD_FIELDS = FIT_COLUMNS  # -o md: the table's columns (strata.fit.plan)
 
 
 def _print_table(report: FitReport, out: Console) -> None:
+    from strata.views.columns import dropped_line
     from strata.views.fit import fit_table, note_lines, prediction_lines, section_table
 
-    out.print(fit_table(report))
+    table, dropped = fit_table(report, out.width)
+    out.print(table)
+    if dropped:
+        out.print(dropped_line(dropped), highlight=False, markup=False)
     for line in [*prediction_lines(report), *note_lines(report)]:
         out.print(line, highlight=False)
     for section in report.sections:

@@ -134,6 +134,12 @@ def _keys(d: CatalogueDevice) -> set[str]:
     return {_norm(k) for k in (d.id, d.name, *d.aliases)}
 
 
+def _extends(key: str, typed: str) -> bool:
+    """`typed` is `key` cut before a letter ("a100" of "a100sxm80gb"), not inside a number
+    ("rtx409" is not "rtx4090": a digit short is a typo, never a guess)."""
+    return key.startswith(typed) and len(key) > len(typed) and not key[len(typed)].isdigit()
+
+
 def find_device(name: str, devices: tuple[CatalogueDevice, ...] | None = None,
                 flag: str = "--on") -> CatalogueDevice:
     """The catalogue device a user named (id, name or alias; case, spaces and vendor words
@@ -142,7 +148,7 @@ def find_device(name: str, devices: tuple[CatalogueDevice, ...] | None = None,
     devices = devices if devices is not None else load_catalogue()
     want = _norm(name)
     found = [d for d in devices if want in _keys(d)] or \
-        [d for d in devices if want and any(k.startswith(want) for k in _keys(d))]
+        [d for d in devices if want and any(_extends(k, want) for k in _keys(d))]
     if len(found) == 1:
         return found[0]
     if len(found) > 1:

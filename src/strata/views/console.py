@@ -31,7 +31,9 @@ PIPE_WIDTH = 10_000
 
 def make_console(stderr: bool = False) -> Console:
     """stdout (or stderr) console: the terminal's width on a terminal, PIPE_WIDTH otherwise."""
-    console = Console(stderr=stderr, emoji=False)
+    from strata.views.narrow import NarrowConsole
+
+    console = NarrowConsole(stderr=stderr, emoji=False)
     if not console.is_terminal:
         console.width = PIPE_WIDTH
     return console

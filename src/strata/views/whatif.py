@@ -7,8 +7,9 @@ from rich.text import Text
 
 from strata.commands.whatif import WhatIfAnswer
 from strata.hardware.catalogue import CatalogueDevice
+from strata.views.columns import Column, fitted_table
 from strata.views.console import plain
-from strata.views.fit import VERDICT_STYLE, size
+from strata.views.fit import VERDICT_STYLE
 from strata.whatif.plan import WhatIfRow
 from strata.whatif.sweep import Variant
 
@@ -26,29 +27,59 @@ def _range(row: WhatIfRow, phase: str) -> str:
     return f"{_tps(p.tps)} ({_tps(p.low_tps)}-{_tps(p.high_tps)})"
 
 
+TIER_SHORT = {"this device in the DB": "this DB", "same architecture in the DB": "DB (arch)",
+              "published": "published", "published, other vendor": "other vendor",
+              "published, other classes": "other classes", "prior": "prior"}
+
+
 def _tier(row: WhatIfRow) -> str:
     p = row.prediction("decode")
-    return p.eta.basis.split(":", 1)[0] if p else "-"
+    if p is None:
+        return "-"
+    tier = p.eta.basis.split(":", 1)[0]
+    return TIER_SHORT.get(tier, tier.split(" ", 1)[0])
 
 
-def whatif_table(answer: WhatIfAnswer) -> Table:
-    t = Table(title="strata whatif · datasheet roofline x η (basis: where η comes from)",
-              title_justify="left")
-    for col, just in (("model", "left"), ("device", "left"), ("memory", "right"),
-                      ("GB/s", "right"), ("verdict", "left"), ("max ctx", "right"),
-                      ("tg t/s (range)", "right"), ("pp t/s (range)", "right"),
-                      ("η basis", "left"), ("t/s per $1k", "right"), ("t/s per W", "right")):
-        t.add_column(col, justify=just)  # type: ignore[arg-type]
-    for r in answer.rows:
-        d = r.device
-        t.add_row(plain(r.model.removeprefix("synthetic:")), plain(d.id),
-                  size(r.fit.budget.available), f"{d.bandwidth_gbs:,.0f}",
-                  Text(r.fit.verdict, style=VERDICT_STYLE.get(r.fit.verdict, "dim")),
-                  f"{r.fit.max_ctx:,}" if r.fit.max_ctx else "-",
-                  _range(r, "decode"), _range(r, "prefill"), plain(_tier(r)),
-                  f"{r.tps_per_kusd:.1f}" if r.tps_per_kusd else "-",
-                  f"{r.tps_per_watt:.2f}" if r.tps_per_watt else "-")
-    return t
+def _memory(row: WhatIfRow) -> str:
+    """What the plan may use, and of how much (a unified chip's GPU share of its memory)."""
+    d, avail = row.device, row.fit.budget.available
+    gib = (avail or 0) / 2**30
+    if avail and abs(gib - d.memory_gib) > 0.01:
+        return f"{gib:.0f} of {d.memory_gib:g} GiB"
+    return f"{d.memory_gib:g} GiB"
+
+
+def whatif_table(answer: WhatIfAnswer, width: int) -> tuple[Table, list[str]]:
+    """The rows at `width`: figures are never cut; the per-$ and per-W columns appear only
+    when some row has them, and the low-value columns go first on a narrow terminal."""
+    rows = answer.rows
+    models = list(dict.fromkeys(r.model.removeprefix("synthetic:") for r in rows))
+    one = len(models) == 1  # one model: its name goes in the title, not in every row
+    cols = [Column("model", "left", text=True), Column("device", "left", text=True),
+            Column("memory", drop=3), Column("verdict", "left"), Column("max ctx", drop=4),
+            Column("tg t/s (range)"), Column("pp t/s (range)", drop=2),
+            Column("η from", "left", drop=5)]
+    cost = any(r.tps_per_kusd for r in rows)
+    power = any(r.tps_per_watt for r in rows)
+    if cost:
+        cols.append(Column("t/s per $1k", drop=1))
+    if power:
+        cols.append(Column("t/s per W", drop=6))
+    cells = []
+    for r in rows:
+        row: list[object] = [plain(r.model.removeprefix("synthetic:")), plain(r.device.id),
+                             _memory(r),
+                             Text(r.fit.verdict, style=VERDICT_STYLE.get(r.fit.verdict, "dim")),
+                             f"{r.fit.max_ctx:,}" if r.fit.max_ctx else "-",
+                             _range(r, "decode"), _range(r, "prefill"), plain(_tier(r))]
+        if cost:
+            row.append(f"{r.tps_per_kusd:.1f}" if r.tps_per_kusd else "-")
+        if power:
+            row.append(f"{r.tps_per_watt:.2f}" if r.tps_per_watt else "-")
+        cells.append(row[1:] if one else row)
+    title = f"strata whatif · {models[0]} · " if one else "strata whatif · "
+    return fitted_table(title + "datasheet roofline x η", cols[1:] if one else cols, cells,
+                        width)
 
 
 def support_lines(answer: WhatIfAnswer) -> list[str]:
@@ -75,15 +106,16 @@ def sweep_table(dev: str, variants: list[Variant]) -> Table:
 def catalogue_table(devices: list[CatalogueDevice]) -> Table:
     t = Table(title=f"strata whatif --list · {len(devices)} devices (datasheet figures)",
               title_justify="left")
-    for col, just in (("id", "left"), ("name", "left"), ("arch", "left"),
-                      ("memory", "right"), ("GB/s", "right"), ("FP16 TFLOP/s", "right"),
-                      ("TDP W", "right")):
-        t.add_column(col, justify=just)  # type: ignore[arg-type]
+    t.add_column("id", overflow="fold")
+    t.add_column("name", overflow="fold")
+    t.add_column("arch", overflow="fold")
+    for col in ("memory", "GB/s", "FP32 TFLOP/s", "FP16 TFLOP/s", "TDP W"):
+        t.add_column(col, justify="right", no_wrap=True)
     for d in devices:
-        fp16 = d.tflops.get("fp16") or d.tflops.get("fp32")
+        fp32, fp16 = d.tflops.get("fp32"), d.tflops.get("fp16")  # absent: no source
         t.add_row(d.id, plain(d.name), d.arch, f"{d.memory_gib:g} GiB",
-                  f"{d.bandwidth_gbs:,.0f}", f"{fp16:g}" if fp16 else "-",
-                  f"{d.tdp_w:g}" if d.tdp_w else "-")
+                  f"{d.bandwidth_gbs:,.0f}", f"{fp32:g}" if fp32 else "-",
+                  f"{fp16:g}" if fp16 else "-", f"{d.tdp_w:g}" if d.tdp_w else "-")
     return t
 
 

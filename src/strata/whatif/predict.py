@@ -41,7 +41,8 @@ def predict_device(spec: ModelSpec, dev: CatalogueDevice, kv_type: str,
         if phase == "prefill" and not dev.tflops:
             continue  # no sourced FLOP/s figure: no prefill ceiling
         speed = evidence.speed(dev, phase, ex.compute_dtype if phase == "prefill" else None)
-        tps = speed.tps(1.0 / ceiling)
+        tps = min(speed.tps(1.0 / ceiling), ceiling)
+        high = min(tps * speed.high, ceiling)  # no range reaches past the roof
         out.append(Prediction(dev.id, test.name, phase, ceiling, _eta(speed, tps / ceiling),
-                              tps, tps * speed.low, tps * speed.high))
+                              tps, min(tps * speed.low, high), high))
     return out

@@ -144,8 +144,8 @@ class Evidence:
         fit = self.published.get(dev.device_class, phase, dtype)
         if fit is not None:
             return Speed(phase, fit.eta, fit.c_s, fit.low, fit.high, "published", fit.basis)
-        if phase == "prefill":  # a datasheet FLOP/s peak is reached far less than its
-            return self._other_classes(dtype)  # bandwidth: fit's prior (0.7) would mislead
+        if phase == "prefill" and dev.device_class != "cpu":  # a GPU's datasheet FLOP/s
+            return self._other_classes(dtype)  # peak is reached far less than 0.7 of it
         return self._same_memory(dev) or prior(phase)
 
     def _same_memory(self, dev: CatalogueDevice) -> Speed | None:

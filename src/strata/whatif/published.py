@@ -34,6 +34,7 @@ from strata.hardware.catalogue import (
 from strata.whatif.device import roofline
 
 RANGE_QUANTILES = (0.1, 0.9)  # a fit's range: these quantiles of measured ÷ predicted
+MIN_PREFILL_DEVICES = 2  # devices a class's prefill η is fitted from, at least
 
 
 @dataclass(frozen=True)
@@ -168,12 +169,13 @@ def fit_class(device_class: str, phase: str, points: list[Point],
               dtype: str | None = None) -> ClassFit | None:
     mine = [p for p in points if p.row.device.device_class == device_class
             and p.row.phase == phase and p.dtype == dtype]
-    if not mine:
-        return None
+    devices = {p.row.device.id for p in mine}
+    if not mine or (phase == "prefill" and len(devices) < MIN_PREFILL_DEVICES):
+        return None  # one device's prefill says how its kernels suit it, not its class
     if phase == "decode":
         eta, c = fit_decode(mine)
-    else:
-        eta, c = statistics.median(p.ideal_s / p.measured_s for p in mine), 0.0
+    else:  # never above the roof: a figure over it means the datasheet peak is not the roof
+        eta, c = min(1.0, statistics.median(p.ideal_s / p.measured_s for p in mine)), 0.0
     fit = ClassFit(device_class, phase, dtype, eta, c, 1.0, 1.0, len(mine),
                    tuple(sorted({p.row.device.id for p in mine})))
     ratios = [fit.predict_s(p.ideal_s) / p.measured_s for p in mine]  # measured/predicted t/s

@@ -32,6 +32,8 @@ def _nvidia_stacks() -> list[SoftwareStack]:
     drivers = facts["cuda_toolkit_driver"]["min_driver_linux"]
     out = []
     for e in facts["cuda_wheels"]["entries"]:
+        if not e.get("archs"):
+            continue  # an arch list nobody read: no verdict can rest on it
         cuda = e["cuda"]
         out.append(SoftwareStack("", "Linux", "", torch=f"{e['torch']}+{e['variant']}",
                                  torch_build=f"cuda {cuda}", torch_arch_list=list(e["archs"]),

@@ -33,19 +33,28 @@ class Variant:
 
 
 def variants(dev: CatalogueDevice) -> list[Variant]:
+    """Memory sizes at the device's bandwidth (a GPU: the sizes GPUs are sold with, and its
+    own; otherwise the configurations sold), then bandwidths at its memory size."""
     out = []
-    sizes = dev.memory_options_gib or ((dev.memory_gib,) if dev.kind != "gpu"
-                                        else GPU_MEMORY_GIB)
+    sizes = sorted({*GPU_MEMORY_GIB, dev.memory_gib}) if dev.kind == "gpu" else \
+        sorted({*dev.memory_options_gib, dev.memory_gib})
     for gib in sizes:
-        out.append(Variant(f"{gib:g} GiB @ {dev.bandwidth_gbs:g} GB/s", dev.with_memory(gib)))
+        mark = " (this device)" if gib == dev.memory_gib else ""
+        out.append(Variant(f"{gib:g} GiB @ {dev.bandwidth_gbs:g} GB/s{mark}",
+                           dev.with_memory(gib)))
     if dev.kind == "cpu" and dev.memory_mts:
+        ddr = (dev.memory_type or "DDR").split("-")[0]
         for ch in CHANNELS:
+            if ch == dev.memory_channels:
+                continue  # the device itself: the size rows hold it
             bw = ch * 8 * dev.memory_mts / 1000
-            out.append(Variant(f"{ch} ch x DDR-{dev.memory_mts} = {bw:g} GB/s @ "
+            out.append(Variant(f"{ch} ch x {ddr}-{dev.memory_mts} = {bw:g} GB/s @ "
                                f"{dev.memory_gib:g} GiB",
                                dev.with_memory(dev.memory_gib, bw, ch)))
     else:
         for scale in BW_SCALES:
+            if scale == 1.0:
+                continue
             bw = dev.bandwidth_gbs * scale
             out.append(Variant(f"{bw:g} GB/s (x{scale:g}) @ {dev.memory_gib:g} GiB",
                                dev.with_memory(dev.memory_gib, bw)))
