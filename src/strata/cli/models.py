@@ -150,6 +150,11 @@ def report(
     from strata.report.build import check_out
 
     check_out(out_path)  # before anything is read or built
+    if on:  # a device name that is wrong is said before the database is looked at
+        from strata.whatif.plan import parse_on
+
+        for name in on:
+            parse_on(name)
     conn = read_store(db)
     if conn is None:
         raise InputError(f"{no_store(db)}; run strata probe or strata bench first")
