@@ -316,3 +316,36 @@ def test_later_probe_runs_keep_the_stored_peak_and_fresh_forgets_it(tmp_path) ->
     after = run_probe(conn, True, False, 10.0, quiet, pause_s=0.0,
                       measurer=lambda p, s: _stable(160.0))
     assert after.kept == [] and stored_fp32(after.fingerprint) == 160.0  # …but never kept
+
+
+def test_a_command_that_measures_the_roofline_keeps_the_same_busy_rule(
+        tmp_path, monkeypatch) -> None:
+    """One rule for every path (issue 30): Host.roofline — the path bench, rank, train and
+    the kernel lab take — retries a busy host and, busy every time, uses the roofline for
+    this run only and stores nothing, saying so; probe --measure refuses the same way."""
+    from rich.console import Console
+
+    import strata.hardware.microbench as microbench
+    import strata.host as host_module
+    from strata.hardware.probe import probe_host
+    from strata.host import Host
+    from strata.store import open_db
+    from strata.store.hosts import latest_measurement, save_host
+
+    conn = open_db(tmp_path / "strata.db")
+    profile = probe_host(smoke=False)
+    fp = save_host(conn, profile)
+    calls = []
+    monkeypatch.setattr(microbench, "measure_host",
+                        lambda p, progress=None: calls.append(1) or _measured(100.0, busy=True))
+    monkeypatch.setattr(host_module, "BUSY_PAUSE_S", 0.0)
+    monkeypatch.setattr(host_module.measure_until_quiet, "__defaults__",
+                        (host_module.MEASURE_ATTEMPTS, 0.0))
+    said = io.StringIO()
+    host = Host(conn, profile, fp)
+    roof = host.roofline(Console(file=said, width=200))
+    assert roof.measured_busy and len(calls) == host_module.MEASURE_ATTEMPTS
+    assert latest_measurement(conn, fp, "roofline") is None  # never stored silently
+    assert "roofline not stored" in said.getvalue() and "this run uses it" in said.getvalue()
+    assert host.roofline(Console(file=io.StringIO())) is roof  # not measured twice a run
+    assert len(calls) == host_module.MEASURE_ATTEMPTS

@@ -59,6 +59,9 @@ class ProbeResult:
             return
         if self.refused:
             console.print("[yellow]measured on a busy host and NOT stored:[/yellow]")
+        elif self.roofline_is_new and self.roofline.measured_busy:  # --allow-busy
+            console.print("[yellow]measured on a busy host and stored, flagged as such "
+                          "(--allow-busy): its peaks may be low[/yellow]")
         elif not self.roofline_is_new:
             console.print("[dim]stored roofline for this host (re-measure with --measure):"
                           "[/dim]")
