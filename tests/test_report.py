@@ -8,6 +8,7 @@ screenshot, and every expected section with data points in its charts.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -546,3 +547,49 @@ def test_hostile_names_and_quality_render_in_the_browser(chromium: str,
     assert proc.returncode == 0 and _console(proc.stderr) == [], proc.stderr[-2000:]
     assert "<script>alert" not in proc.stdout
     assert proc.stdout.count('id="chart-frontier-') == 2
+
+
+# Injected into a copy of the page (the report itself has no scripts): every box whose
+# content is wider than it and that does not scroll is clipping something; the page itself
+# must not scroll sideways. The verdict lands in the DOM that --dump-dom prints.
+CLIP_PROBE = """<script>
+addEventListener('load', () => {
+  const clipped = [];
+  for (const el of document.querySelectorAll('body *')) {
+    const ox = getComputedStyle(el).overflowX;
+    if (el.scrollWidth > el.clientWidth + 1 && !['auto', 'scroll'].includes(ox)
+        && el.clientWidth > 0 && !['svg', 'tspan', 'text'].includes(el.localName)
+        && getComputedStyle(el).display !== 'inline') {
+      const name = el.localName + (el.id ? '#' + el.id : '');
+      clipped.push(`${name}:${el.scrollWidth}>${el.clientWidth}`);
+    }
+  }
+  const page = document.documentElement.scrollWidth - innerWidth;
+  document.body.setAttribute('data-clip', JSON.stringify({clipped: clipped.slice(0, 20), page}));
+});
+</script>"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("width", [1280, 1920])
+def test_no_table_is_clipped_at_common_window_widths(chromium: str,
+                                                     real_report: tuple[Path, Path],
+                                                     tmp_path: Path, width: int) -> None:
+    """The report at 1280 and 1920 px in headless Chromium: nothing is cut off sideways (a
+    wide table scrolls inside its own box), and the page never scrolls sideways. The
+    screenshots stay in the test's tmp folder as artefacts."""
+    import html as html_lib
+
+    _, page = real_report
+    probed = tmp_path / "probed.html"
+    probed.write_text(page.read_text().replace("</body>", CLIP_PROBE + "</body>"))
+    proc = _browse(probed, tmp_path, "--dump-dom", f"--window-size={width},2000",
+                   "--virtual-time-budget=3000")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    found = re.search(r'data-clip="([^"]*)"', proc.stdout)
+    assert found, "the probe did not run"
+    verdict = json.loads(html_lib.unescape(found.group(1)))
+    assert verdict["clipped"] == [] and verdict["page"] <= 0, verdict
+    shot = tmp_path / f"report-{width}.png"
+    _browse(page, tmp_path, f"--screenshot={shot}", f"--window-size={width},2000")
+    assert shot.exists() and _png_rows(shot)[0] == width

@@ -123,11 +123,14 @@ class Host:
 
 def this_host(conn: sqlite3.Connection, console: Console | None = None) -> Host:
     """This host's profile (probed once per process) and its fingerprint, stored in `conn`."""
-    from strata.store.hosts import save_host
+    from strata.hardware.support import keep_smoke_verdicts
+    from strata.store.hosts import load_host, save_host
 
     if console is None:
         profile = _profile()
     else:
         with console.status("probing host…"):
             profile = _profile()
+    # probed without the smoke test: keep what `strata probe` learned about each device
+    keep_smoke_verdicts(profile, load_host(conn, profile.fingerprint()))
     return Host(conn, profile, save_host(conn, profile))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from rich.console import Console
@@ -19,6 +19,7 @@ from rich.markup import escape
 from strata.hardware.microbench import measure_host
 from strata.hardware.probe import probe_host
 from strata.hardware.profile import HostProfile, SupportVerdict
+from strata.hardware.support import KEPT_SMOKE, keep_smoke_verdicts  # noqa: F401 (re-export)
 from strata.host import BUSY_PAUSE_S, MEASURE_ATTEMPTS, busy_refusal, measure_until_quiet
 from strata.measure.peak import keep_stored_peaks, trust_lines
 from strata.measure.roofline import Roofline
@@ -28,8 +29,6 @@ from strata.views.console import progress_enabled
 __all__ = ["BUSY_PAUSE_S", "MEASURE_ATTEMPTS", "ProbeResult", "busy_refusal", "measure_until_quiet",
            "probe_records", "run_probe"]
 
-KEPT_SMOKE = ("smoke test from an earlier probe (--no-smoke skipped it this time; run "
-              "strata probe to repeat it)")
 
 @dataclass
 class ProbeResult:
@@ -99,22 +98,6 @@ def run_probe(conn: sqlite3.Connection, measure: bool, smoke: bool, smoke_timeou
     stored = latest_measurement(conn, fingerprint, "roofline")
     return ProbeResult(profile, fingerprint, Roofline.from_dict(stored) if stored else None,
                        False)
-
-
-def keep_smoke_verdicts(profile: HostProfile, stored: HostProfile | None) -> None:
-    """--no-smoke learns nothing about the devices: each device's stored verdict that rests
-    on a smoke test stays (said so in its reasons) instead of becoming "unknown"."""
-    if stored is None:
-        return
-    earlier = {v.device: v for v in stored.verdicts if v.smoke is not None}
-    profile.verdicts = [_kept(v, earlier.get(v.device)) for v in profile.verdicts]
-
-
-def _kept(new: SupportVerdict, old: SupportVerdict | None) -> SupportVerdict:
-    if new.smoke is not None or old is None:
-        return new
-    reasons = old.reasons if KEPT_SMOKE in old.reasons else [*old.reasons, KEPT_SMOKE]
-    return replace(old, reasons=reasons)
 
 
 @contextmanager

@@ -18,7 +18,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from strata.hardware.profile import GpuInfo, SmokeResult, SoftwareStack, SupportVerdict
+from strata.hardware.profile import (
+    GpuInfo,
+    HostProfile,
+    SmokeResult,
+    SoftwareStack,
+    SupportVerdict,
+)
 from strata.hardware.vendors import Vendor, get_vendor, torch_device
 from strata.hardware.vendors.rules import RANK as _RANK
 from strata.hardware.vendors.rules import RuleResult, load_facts
@@ -183,3 +189,26 @@ def cpu_verdict(smoke: SmokeResult | None, sw: SoftwareStack | None = None) -> S
                               reasons=["smoke test not run: nothing known about CPU tensors"])
     rules = RuleResult(status="unknown", reasons=["no arch rules apply to CPUs"])
     return combine("cpu", rules, smoke)
+
+
+KEPT_SMOKE = ("smoke test from an earlier probe (this command did not run one; run "
+              "strata probe to repeat it)")
+
+
+def keep_smoke_verdicts(profile: HostProfile, stored: HostProfile | None) -> None:
+    """A probe without the smoke test (--no-smoke, or any command that probes in passing)
+    learns nothing about the devices: each device's stored verdict that rests on a smoke
+    test stays (said so in its reasons) instead of becoming "unknown"."""
+    if stored is None:
+        return
+    earlier = {v.device: v for v in stored.verdicts if v.smoke is not None}
+    profile.verdicts = [_kept(v, earlier.get(v.device)) for v in profile.verdicts]
+
+
+def _kept(new: SupportVerdict, old: SupportVerdict | None) -> SupportVerdict:
+    from dataclasses import replace
+
+    if new.smoke is not None or old is None:
+        return new
+    reasons = old.reasons if KEPT_SMOKE in old.reasons else [*old.reasons, KEPT_SMOKE]
+    return replace(old, reasons=reasons)

@@ -7,6 +7,7 @@ never disagree about a number.
 from __future__ import annotations
 
 from strata.hardware.profile import CpuInfo, GpuInfo, HostProfile, SoftwareStack, SupportVerdict
+from strata.hardware.software import llama_cpp_text
 from strata.measure.peak import trust_lines
 from strata.measure.roofline import Roofline
 from strata.report.data import ReportData
@@ -48,7 +49,7 @@ def software_card(sw: SoftwareStack) -> Raw:
         ("python", sw.python), ("os", sw.os), ("strata", sw.strata),
         ("torch", f"{sw.torch} ({sw.torch_build})" if sw.torch else "not installed"),
         ("torch arch list", " ".join(sw.torch_arch_list) or None),
-        ("llama.cpp", sw.llama_cpp or "not installed"),
+        ("llama.cpp", llama_cpp_text(sw)),  # what `strata probe` prints, word for word
         ("triton", sw.triton or "not installed"),
         ("nvidia driver", sw.nvidia_driver), ("AMD driver", sw.amd_driver),
         ("env", " ".join(f"{k}={v}" for k, v in sw.env.items()) or None),

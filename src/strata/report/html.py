@@ -38,13 +38,14 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[object]], cls: str = "
     head = "".join(f"<th>{esc(h)}</th>" for h in headers)
     body = "".join("<tr>" + "".join(f"<td>{cell(v)}</td>" for v in row) + "</tr>"
                    for row in rows)
-    return Raw(f'<table class="{esc(cls)}"><thead><tr>{head}</tr></thead>'
-               f"<tbody>{body}</tbody></table>")
+    # in its own scrolling box: a table wider than the page scrolls there, never clipped
+    return Raw(f'<div class="tbl"><table class="{esc(cls)}"><thead><tr>{head}</tr></thead>'
+               f"<tbody>{body}</tbody></table></div>")
 
 
 def kv_table(rows: Iterable[tuple[str, object]]) -> Raw:
     body = "".join(f"<tr><th>{esc(k)}</th><td>{cell(v)}</td></tr>" for k, v in rows)
-    return Raw(f'<table class="kv"><tbody>{body}</tbody></table>')
+    return Raw(f'<div class="tbl"><table class="kv"><tbody>{body}</tbody></table></div>')
 
 
 def empty(what: str, command: str) -> Raw:
@@ -95,7 +96,9 @@ h3 { font-size:15px; margin:14px 0 6px; }
 h4 { font-size:13px; margin:10px 0 4px; color:var(--muted); }
 .grid { display:grid; grid-template-columns:repeat(auto-fit, minmax(460px, 1fr)); gap:14px; }
 .cards { display:grid; grid-template-columns:repeat(auto-fit, minmax(340px, 1fr)); gap:10px 24px; }
+.tbl { overflow-x:auto; max-width:100%; }
 table { border-collapse:collapse; width:100%; font-size:13px; margin:4px 0 8px; }
+td { overflow-wrap:break-word; }
 th, td { text-align:left; padding:4px 8px; border-bottom:1px solid var(--line);
          vertical-align:top; }
 thead th { background:#eef1f5; font-weight:600; white-space:nowrap; }
