@@ -599,8 +599,8 @@ def test_no_table_is_clipped_at_common_window_widths(chromium: str,
     assert verdict["clipped"] == [] and verdict["page"] <= 0, verdict
     # control: the probe sees a table that runs off the page (the check can fail)
     wide = tmp_path / "wide.html"
-    wide.write_text(f"<!doctype html><body><table><tr><td style='width:{width + 900}px'>x"
-                    f"</td></tr></table>{CLIP_PROBE}</body>")
+    wide.write_text(f"<!doctype html><body><table><tr><td>{'x' * (width // 4)}</td></tr>"
+                    f"</table>{CLIP_PROBE}</body>")  # one unbreakable word, ~2x the window
     control = re.search(r'data-clip="([^"]*)"', _browse(
         wide, tmp_path, "--dump-dom", f"--window-size={width},2000").stdout)
     assert control and "off the page" in html_lib.unescape(control.group(1))
