@@ -182,10 +182,12 @@ def whatif(model: str | list[str], *, on: str | list[str] | None = None,
 
     models = [model] if isinstance(model, str) else list(model)
     devices = [on] if isinstance(on, str) else list(on or [])
-    items = [f"{k}={v}" for k, v in (prices or {}).items()]
+    from strata.whatif.plan import parse_prices
+
     with _named_as_parameters():
+        paid = parse_prices([f"{k}={v}" for k, v in (prices or {}).items()])
         conn = open_db_readonly(Path(db) if db is not None else default_db_path())
-        answer = run_whatif(conn, models, devices, ctx=ctx, kv_type=kv_type, prices=items,
+        answer = run_whatif(conn, models, devices, ctx=ctx, kv_type=kv_type, prices=paid,
                             ram_gib=ram_gib, sweep_what=None)
     return Records(answer.records(), WHATIF_COLUMNS, "strata whatif")
 

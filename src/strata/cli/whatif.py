@@ -17,8 +17,8 @@ OnOption = Annotated[list[str] | None, typer.Option(
     "--on", metavar="DEVICE", help="A catalogue device (id, name or alias; repeatable); "
     "DEVICE:GiB for another memory size. Default: every device.", show_default=False)]
 RamOption = Annotated[float | None, typer.Option(
-    "--ram", metavar="GiB", help="RAM of the GPU's host (default: this host's).",
-    show_default=False)]
+    "--ram", metavar="GiB", help="Host RAM beside a discrete GPU.",
+    show_default=False, rich_help_panel="Plan")]
 
 
 @app.command()
@@ -43,7 +43,8 @@ def whatif(
     ram: RamOption = None,
     flash_attn: Annotated[int, typer.Option(
         "-fa", "--flash-attn", metavar="0|1[,...]", help="Plan with flash attention "
-        "(llama.cpp's -fa auto: on, 1) or without (0).", show_default=False)] = 1,
+        "(llama.cpp's -fa auto: on, 1) or without (0).", show_default=False,
+        rich_help_panel="Plan")] = 1,
     sweep: Annotated[str | None, typer.Option(
         "--sweep", metavar="WHAT", help="memory: vary the --on device's memory size and "
         "bandwidth (channels on a CPU platform).", show_default=False)] = None,
