@@ -121,8 +121,16 @@ def whatif(
         for dev, variants in answer.sweeps.items():
             out.print(view.sweep_table(dev, variants))
 
-    emit(out, fmt, answer.records(), document=answer.to_json(), table=table,
-         md_columns=WHATIF_COLUMNS)
+    records = answer.records()
+    if fmt == "md":  # a table to paste: figures to 3 significant digits (json keeps all)
+        records = [{k: _sig(v) for k, v in r.items()} for r in records]
+    emit(out, fmt, records, document=answer.to_json(), table=table, md_columns=WHATIF_COLUMNS)
+
+
+def _sig(value: object) -> object:
+    if isinstance(value, float):
+        return float(f"{value:.3g}") if abs(value) < 1000 else round(value)
+    return value
 
 
 def _validate(fmt: str) -> None:

@@ -163,7 +163,8 @@ class Evidence:
         # another vendor's software: at least the prior's spread around the estimate
         low, high = min(fit.low, PRIOR_LOW / PRIOR_ETA), max(fit.high, PRIOR_HIGH / PRIOR_ETA)
         return Speed("decode", fit.eta, fit.c_s, low, high, "published, other vendor",
-                     f"published, other vendor: {fit.basis} (none published for "
+                     f"published, other vendor: {fit.basis.removeprefix('published: ')} "
+                     f"(none published for "
                      f"{dev.device_class}; same memory technology)")
 
     def _other_classes(self, dtype: str | None) -> Speed:
