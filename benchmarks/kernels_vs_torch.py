@@ -31,6 +31,9 @@ TARGETS = [
     ("softmax", "speedup", 1.0), ("decode_attention", "speedup", 1.0),
     ("matmul", "speedup", 0.5),
     ("matvec_q8_0", "bandwidth", 0.7), ("matvec_q4_0", "bandwidth", 0.7),
+    # issue 28: Mamba's causal depthwise conv1d, prefill (the largest published model's
+    # channels, a 512-token chunk) and the decode step of each published model: >= 2x eager
+    ("conv1d_causal", "speedup", 2.0), ("conv1d_causal_step", "speedup", 2.0),
 ]
 
 

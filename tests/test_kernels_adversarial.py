@@ -33,6 +33,11 @@ CHEATS = {
     # the output it prefilled with NaN — the same class caught one check earlier
     "background_thread.py": {checks.ASYNC_WRITE, checks.LEFT_THREAD, checks.NAN_PARITY},
     "calls_torch.py": {checks.CALLS_TORCH},
+    # the convolution's own cheats (issue 28): a fixed kernel width, the interior only, a
+    # decode step that hands back a stale state
+    "conv_fixed_width.c": {checks.WRONG_RESULT},
+    "conv_interior_only.c": {checks.NAN_PARITY, checks.WRONG_RESULT},
+    "conv_step_keeps_state.c": {checks.WRONG_RESULT},
 }
 PYTHON_CHEATS = [*(name for name in CHEATS if name.endswith(".py")), "patches_timer.py"]
 
@@ -146,3 +151,28 @@ def test_cli_kernel_rejected_at_runtime_is_not_registered(strata_home: Path) -> 
                   home=strata_home)
     assert run.returncode == 1
     assert "c.ext.first_seed_only" not in _listed(strata_home, "rmsnorm")
+
+
+def test_the_fixed_width_cheat_wins_where_every_shape_has_k_4() -> None:
+    """Write the cheat, watch it win, close the class: unrolled for K = 4 it matches the
+    reference at every Mamba shape (all K = 4), so a verify set of those alone would pass it;
+    the op's verify set and its ragged clause hold K = 2 and 3, where it is wrong (and the
+    sandboxed verification above rejects it)."""
+    import torch
+
+    from strata.kernels.dialects.c import load_c
+    from strata.kernels.spec import get_spec
+
+    spec = get_spec("conv1d_causal")
+    kernel = load_c(_external("conv_fixed_width.c"), spec, "cpu")
+
+    def error(shape: dict[str, int]) -> Any:
+        inputs = spec.make_inputs(shape, "float32", 0, "cpu")
+        out = torch.full(spec.out_shape(shape), float("nan"))
+        kernel.bind(out, inputs, {})()
+        ref = spec.reference(*[t.double() for t in inputs])
+        return checks.compare(out, ref, spec.tolerance("float32"))
+
+    assert all(error(s) is None for s in spec.shapes["llm"] + spec.shapes["serve"])  # it wins
+    shown = [s for s in spec.shapes["verify"] if s["K"] != 4]
+    assert shown and all(error(s) is not None for s in shown)  # the class, closed

@@ -638,3 +638,39 @@ def test_serve_sets_reach_the_rows_training_runs() -> None:
         assert max(s["H"] for s in serve) == max(p.batch * p.model.n_heads for p in presets)
     vocab = max(p.model.vocab for p in presets)
     assert max(s["V"] for s in SPECS["cross_entropy_fused"].shapes["serve"]) == vocab
+
+
+def _conv_skips_the_start(x: Any, w: Any, b: Any) -> Any:
+    """The first K-1 positions of each row left unwritten (NaN): 'the interior only'."""
+    import torch.nn.functional as F
+
+    k = w.shape[1]
+    out = F.conv1d(F.pad(x.double(), (k - 1, 0)), w.double().unsqueeze(1), b.double(),
+                   groups=x.shape[1])
+    out[..., :k - 1] = NAN
+    return out
+
+
+def _conv_wraps_around(x: Any, w: Any, b: Any) -> Any:
+    """The row's end read before t = 0 (circular padding) instead of zeros."""
+    import torch.nn.functional as F
+
+    k = w.shape[1]
+    padded = F.pad(x.double(), (k - 1, 0), mode="circular") if x.shape[2] >= k - 1 else \
+        torch.cat([x.double()] * k, dim=-1)[..., -(x.shape[2] + k - 1):]
+    return F.conv1d(padded, w.double().unsqueeze(1), b.double(), groups=x.shape[1])
+
+
+def _step_keeps_the_state(state: Any, x: Any, w: Any, b: Any) -> Any:
+    """y right, the state handed back unchanged."""
+    window = torch.cat([state.double(), x.double().unsqueeze(-1)], dim=-1)
+    y = (window * w.double()).sum(-1) + b.double()
+    return torch.cat([state.double().reshape(-1), y.reshape(-1)])
+
+
+VIOLATORS.update({
+    ("conv1d_causal", "causal_start"): lambda sp, i, p, s: _conv_wraps_around(*i),
+    ("conv1d_causal", "ragged"): lambda sp, i, p, s: _nan_tail(_oracle(sp, i, p), s["T"]),
+    ("conv1d_causal_step", "roll"): lambda sp, i, p, s: _step_keeps_the_state(*i),
+    ("conv1d_causal_step", "width_two"): lambda sp, i, p, s: _step_keeps_the_state(*i),
+})
