@@ -218,7 +218,8 @@ def kernels_eval(
         "--models", metavar="MODELS", rich_help_panel=MODEL_PANEL, show_default=False,
         help="Comma-separated model names (default: the server's first).")] = None,
     ops: Annotated[str, typer.Option("--ops", rich_help_panel=SEARCH_PANEL,
-                                     help=f"all, or a comma list of: {OPS}.")] = "all",
+                                     help="all, or a comma list of ops (`strata kernels "
+                                     "list` names every one).")] = "all",
     dialect: DialectOption = "c",
     device: DeviceOption = None,
     samples: SamplesOption = 4,

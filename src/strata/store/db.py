@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -24,7 +25,7 @@ def open_db(path: Path, migrations: list[tuple[int, list[str]]] = MIGRATIONS) ->
     try:
         conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
         conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-        conn.execute("PRAGMA journal_mode = WAL")
+        _wal(conn)
         conn.execute("PRAGMA foreign_keys = ON")
         migrate(conn, migrations)
     except sqlite3.DatabaseError as exc:
@@ -32,6 +33,21 @@ def open_db(path: Path, migrations: list[tuple[int, list[str]]] = MIGRATIONS) ->
                          "point --db at a new file or restore a backup") from exc
     conn.row_factory = sqlite3.Row
     return conn
+
+
+def _wal(conn: sqlite3.Connection) -> None:
+    """Switch to WAL, waiting for the other processes that create the same file: SQLite
+    answers this pragma "database is locked" at once, without its busy handler, while
+    another connection holds the lock the switch needs."""
+    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.005)
 
 
 def open_db_readonly(path: Path) -> sqlite3.Connection | None:
