@@ -9,7 +9,8 @@ from pathlib import Path
 
 from rich.console import Console
 
-from strata.commands.probe import KEPT_SMOKE, run_probe
+from strata.commands.probe import run_probe
+from strata.hardware.support import KEPT_SMOKE
 from strata.store import open_db
 from strata.store.hosts import load_host
 from tests.conftest import run_cli

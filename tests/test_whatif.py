@@ -254,9 +254,10 @@ def test_more_channels_decode_faster_and_more_memory_runs_larger_models() -> Non
     assert any("(this device)" in v.label for v in sizes)
     small = replace(dev, memory_gib=8.0)
     assert sizes and all(v.largest for v in sizes)
-    from strata.whatif.sweep import largest_preset
+    from strata.whatif.sweep import largest_preset, presets_by_size
 
-    assert largest_preset(small, "q4_k_m", FitOptions(), Hosting(0)) != sizes[-1].largest
+    assert largest_preset(small, presets_by_size("q4_k_m"), FitOptions(), Hosting(0)) \
+        != sizes[-1].largest
 
 
 def test_validation_predicts_only_held_out_rows() -> None:

@@ -109,12 +109,7 @@ def whatif(
                   markup=False, highlight=False)
 
     def table() -> None:
-        from strata.views.columns import dropped_line
-
-        table, dropped = view.whatif_table(answer, out.width)
-        out.print(table)
-        if dropped_line(dropped):
-            out.print(dropped_line(dropped), highlight=False, markup=False)
+        out.print(view.whatif_table(answer))  # narrowed on a narrow terminal
         absent = [a for r in answer.rows for a in r.absent] if len(answer.rows) <= 12 else []
         for line in [*absent, *view.support_lines(answer), *answer.notes]:
             out.print(line, highlight=False)

@@ -96,13 +96,9 @@ MD_FIELDS = FIT_COLUMNS  # -o md: the table's columns (strata.fit.plan)
 
 
 def _print_table(report: FitReport, out: Console) -> None:
-    from strata.views.columns import dropped_line
     from strata.views.fit import fit_table, note_lines, prediction_lines, section_table
 
-    table, dropped = fit_table(report, out.width)
-    out.print(table)
-    if dropped:
-        out.print(dropped_line(dropped), highlight=False, markup=False)
+    out.print(fit_table(report))  # narrowed on a narrow terminal (views/narrow.py)
     for line in [*prediction_lines(report), *note_lines(report)]:
         out.print(line, highlight=False)
     for section in report.sections:

@@ -19,7 +19,7 @@ from rich.markup import escape
 from strata.hardware.microbench import measure_host
 from strata.hardware.probe import probe_host
 from strata.hardware.profile import HostProfile, SupportVerdict
-from strata.hardware.support import KEPT_SMOKE, keep_smoke_verdicts  # noqa: F401 (re-export)
+from strata.hardware.support import keep_smoke_verdicts
 from strata.host import BUSY_PAUSE_S, MEASURE_ATTEMPTS, busy_refusal, measure_until_quiet
 from strata.measure.peak import keep_stored_peaks, trust_lines
 from strata.measure.roofline import Roofline

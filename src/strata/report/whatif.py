@@ -13,17 +13,11 @@ from typing import Any
 
 from strata.report.data import ReportData
 from strata.report.fit_table import benched
+from strata.report.frontier import decode_tps
 from strata.report.html import Section, empty, note, table
 
 HEADERS = ["model", "this host: measured tg t/s", "device", "verdict",
            "predicted tg t/s (range)", "vs this host", "basis of η"]
-
-
-def _measured_decode(data: ReportData, model: str) -> float | None:
-    rates = [(r.metrics.get("decode_tps") or {}).get("mean") for r in data.results
-             if r.model == model and r.backend == "llamacpp" and r.n_gen and not r.n_prompt]
-    rates = [v for v in rates if v]
-    return rates[-1] if rates else None  # the newest
 
 
 def _rows(conn: sqlite3.Connection, data: ReportData, on: tuple[str, ...]) -> list[list[Any]]:
@@ -38,7 +32,7 @@ def _rows(conn: sqlite3.Connection, data: ReportData, on: tuple[str, ...]) -> li
     for model, backend in benched(data):
         if backend != "llamacpp":
             continue
-        here = _measured_decode(data, model)
+        here = decode_tps(data.results, model, "llamacpp")  # the newest tg result
         resolved = resolve(model)
         for dev in devices:
             row = whatif_row(resolved, dev, FitOptions(), host, ev, {})

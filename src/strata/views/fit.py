@@ -9,8 +9,8 @@ from strata.bench.explain import eta_text
 from strata.fit import FITS, NO, PARTIAL, DeviceFit, Eta, FitReport, Prediction
 from strata.fit.backends import FitSection
 from strata.fit.experts import NEWER_FLAGS, TEXT
-from strata.views.columns import Column, fitted_table
 from strata.views.console import plain
+from strata.views.narrow import drop_first
 
 GiB, MiB = 2**30, 2**20
 VERDICT_STYLE = {FITS: "green", PARTIAL: "yellow", NO: "red"}
@@ -28,28 +28,29 @@ def _max_ctx(row: DeviceFit) -> str:
     return f"{row.max_ctx:,}" + (" (model max)" if row.max_ctx_is_model_limit else "")
 
 
-FIT_COLUMNS = (Column("device", "left", text=True), Column("weights", drop=5),
-               Column("KV", drop=4), Column("buffers", drop=7), Column("overhead", drop=8),
-               Column("total"), Column("available", drop=3), Column("verdict", "left", text=True),
-               Column("-ngl", drop=6), Column("max ctx", text=True, drop=2))
-
-
-def fit_table(report: FitReport, width: int = 200) -> tuple[Table, list[str]]:
-    """One row per device at `width` (figures never cut: the low-value columns go first)."""
+def fit_table(report: FitReport) -> Table:
+    """One row per device; on a narrow terminal the low-value columns go first
+    (views/narrow.py), total, verdict and max ctx last."""
     o = report.options
     kv = report.model["kv_type"]
     title = (f"strata fit · {report.model['ref']} ({report.model['quant']}) · {o.backend} · "
              f"ctx {o.ctx:,} x batch {o.batch} · KV {kv}")
-    rows = []
+    t = Table(title=plain(title), title_justify="left")  # the model ref as typed
+    for col, just in (("device", "left"), ("weights", "right"), ("KV", "right"),
+                      ("buffers", "right"), ("overhead", "right"), ("total", "right"),
+                      ("available", "right"), ("verdict", "left"), ("-ngl", "right"),
+                      ("max ctx", "right")):
+        t.add_column(col, justify=just)  # type: ignore[arg-type]
     for row in report.rows:
         m = row.placement.device
         ngl = row.placement.ngl
-        rows.append([plain(f"{row.budget.device} ({row.budget.name})"), size(m.weights),
-                     size(m.kv), size(m.buffers), size(m.overhead), size(m.total),
-                     size(row.budget.available),
-                     Text(row.verdict_text, style=VERDICT_STYLE.get(row.verdict, "dim")),
-                     "-" if ngl is None or row.verdict == NO else str(ngl), _max_ctx(row)])
-    return fitted_table(plain(title).plain, FIT_COLUMNS, rows, width)
+        t.add_row(plain(f"{row.budget.device} ({row.budget.name})"), size(m.weights),
+                  size(m.kv),
+                  size(m.buffers), size(m.overhead), size(m.total), size(row.budget.available),
+                  Text(row.verdict_text, style=VERDICT_STYLE.get(row.verdict, "dim")),
+                  "-" if ngl is None or row.verdict == NO else str(ngl), _max_ctx(row))
+    return drop_first(t, "overhead", "buffers", "-ngl", "weights", "KV", "available",
+                      "max ctx")
 
 
 def section_table(section: FitSection) -> Table:

@@ -58,9 +58,17 @@ def _short(cell: Any) -> Any:
     return Text(m.group(1), style=cell.style if isinstance(cell, Text) else "") if m else cell
 
 
+def drop_first(table: Table, *headers: str) -> Table:
+    """Give `table` its own order of columns to leave out, least useful first (else
+    DROP_FIRST's): the view that builds a table knows best what its reader can spare."""
+    table.drop_first = tuple(h.lower() for h in headers)  # type: ignore[attr-defined]
+    return table
+
+
 def _drop_order(table: Table) -> list[int]:
     names = [_header(c) for c in table.columns]
-    known = [i for h in DROP_FIRST for i, n in enumerate(names) if n == h and i > 0]
+    order = getattr(table, "drop_first", DROP_FIRST)
+    known = [i for h in order for i, n in enumerate(names) if n == h and i > 0]
     rest = [i for i in range(len(names) - 1, 0, -1) if i not in known]  # rightmost first
     return known + rest
 

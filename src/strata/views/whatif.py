@@ -7,9 +7,9 @@ from rich.text import Text
 
 from strata.commands.whatif import WhatIfAnswer
 from strata.hardware.catalogue import CatalogueDevice
-from strata.views.columns import Column, fitted_table
 from strata.views.console import plain
 from strata.views.fit import VERDICT_STYLE
+from strata.views.narrow import drop_first
 from strata.whatif.plan import WhatIfRow
 from strata.whatif.sweep import Variant
 
@@ -49,23 +49,25 @@ def _memory(row: WhatIfRow) -> str:
     return f"{d.memory_gib:g} GiB"
 
 
-def whatif_table(answer: WhatIfAnswer, width: int) -> tuple[Table, list[str]]:
-    """The rows at `width`: figures are never cut; the per-$ and per-W columns appear only
-    when some row has them, and the low-value columns go first on a narrow terminal."""
+def whatif_table(answer: WhatIfAnswer) -> Table:
+    """The per-$ and per-W columns appear only when some row has them; on a narrow terminal
+    the low-value columns go first (views/narrow.py), the decode t/s never."""
     rows = answer.rows
     models = list(dict.fromkeys(r.model.removeprefix("synthetic:") for r in rows))
     one = len(models) == 1  # one model: its name goes in the title, not in every row
-    cols = [Column("model", "left", text=True), Column("device", "left", text=True),
-            Column("memory", drop=3), Column("verdict", "left"), Column("max ctx", drop=4),
-            Column("tg t/s (range)"), Column("pp t/s (range)", drop=2),
-            Column("η from", "left", drop=5)]
+    cols = [("model", "left"), ("device", "left"), ("memory", "right"), ("verdict", "left"),
+            ("max ctx", "right"), ("tg t/s (range)", "right"), ("pp t/s (range)", "right"),
+            ("η from", "left")]
     cost = any(r.tps_per_kusd for r in rows)
     power = any(r.tps_per_watt for r in rows)
     if cost:
-        cols.append(Column("t/s per $1k", drop=1))
+        cols.append(("t/s per $1k", "right"))
     if power:
-        cols.append(Column("t/s per W", drop=6))
-    cells = []
+        cols.append(("t/s per W", "right"))
+    title = f"strata whatif · {models[0]} · " if one else "strata whatif · "
+    t = Table(title=title + "datasheet roofline x η", title_justify="left")
+    for header, just in cols[1:] if one else cols:
+        t.add_column(header, justify=just)  # type: ignore[arg-type]
     for r in rows:
         row: list[object] = [plain(r.model.removeprefix("synthetic:")), plain(r.device.id),
                              _memory(r),
@@ -76,10 +78,9 @@ def whatif_table(answer: WhatIfAnswer, width: int) -> tuple[Table, list[str]]:
             row.append(f"{r.tps_per_kusd:.1f}" if r.tps_per_kusd else "-")
         if power:
             row.append(f"{r.tps_per_watt:.2f}" if r.tps_per_watt else "-")
-        cells.append(row[1:] if one else row)
-    title = f"strata whatif · {models[0]} · " if one else "strata whatif · "
-    return fitted_table(title + "datasheet roofline x η", cols[1:] if one else cols, cells,
-                        width)
+        t.add_row(*(row[1:] if one else row))
+    return drop_first(t, "t/s per W", "η from", "max ctx", "memory", "pp t/s (range)",
+                      "t/s per $1k")
 
 
 def support_lines(answer: WhatIfAnswer) -> list[str]:

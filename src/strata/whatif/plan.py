@@ -16,6 +16,7 @@ from strata.fit.plan import FitOptions, FitReport, fit_model
 from strata.fit.predict import Prediction
 from strata.fit.verdict import FITS, NO, PARTIAL, DeviceFit
 from strata.hardware.catalogue import CatalogueDevice, find_device
+from strata.hardware.profile import HostProfile
 from strata.models.source import ResolvedModel
 from strata.whatif.device import Hosting, fit_device_key, gpu_usable_bytes, host_profile
 from strata.whatif.predict import predict_device
@@ -91,13 +92,14 @@ class WhatIfRow:
     absent: list[str] = field(default_factory=list)
     price_usd: float | None = None
 
-    def tps(self, phase: str) -> float | None:
-        p = next((p for p in self.predictions if p.phase == phase and "@" not in p.test), None)
-        return p.tps if p else None
-
     def prediction(self, phase: str) -> Prediction | None:
+        """The phase's bench-default test (pp512 or tg128), not the deep-context one."""
         return next((p for p in self.predictions if p.phase == phase and "@" not in p.test),
                     None)
+
+    def tps(self, phase: str) -> float | None:
+        p = self.prediction(phase)
+        return p.tps if p else None
 
     @property
     def tps_per_kusd(self) -> float | None:
@@ -140,7 +142,14 @@ def _phase_json(phase: str, p: Prediction | None) -> dict[str, Any]:
 def device_fit(model: ResolvedModel, dev: CatalogueDevice, options: FitOptions,
                hosting: Hosting) -> tuple[FitReport, DeviceFit]:
     """fit's plan of `model` on `dev` (as a host), and the device's own row, renamed."""
-    report = fit_model(model, host_profile(dev, hosting), options)
+    report, row, _ = _plan(model, dev, options, hosting)
+    return report, row
+
+
+def _plan(model: ResolvedModel, dev: CatalogueDevice, options: FitOptions,
+          hosting: Hosting) -> tuple[FitReport, DeviceFit, HostProfile]:
+    profile = host_profile(dev, hosting)
+    report = fit_model(model, profile, options)
     row = report.row(fit_device_key(dev))
     _, basis = gpu_usable_bytes(dev)
     row.budget = replace(row.budget, device=dev.id, name=dev.name,
@@ -148,7 +157,7 @@ def device_fit(model: ResolvedModel, dev: CatalogueDevice, options: FitOptions,
                          f"{dev.memory_gib:g} GiB of DRAM (nothing else running)")
     if dev.kind == "unified":
         _one_memory(row, dev)
-    return report, row
+    return report, row, profile
 
 
 def _one_memory(row: DeviceFit, dev: CatalogueDevice) -> None:
@@ -167,24 +176,28 @@ def _one_memory(row: DeviceFit, dev: CatalogueDevice) -> None:
     row.max_ctx = None
 
 
+def _speed(model: ResolvedModel, dev: CatalogueDevice, row: DeviceFit, profile: HostProfile,
+           options: FitOptions, evidence: Evidence) -> tuple[list[Prediction], list[str]]:
+    """Predicted t/s where the model fits whole; else why not (and a MoE's offload plan)."""
+    if row.verdict == FITS:
+        rt = options.rules.runtime(model, profile, row.budget.kind, options.kv_type)
+        return predict_device(rt.spec, dev, rt.kv_type, rt.runtime_dtype, options.ctx,
+                              evidence), []
+    absent = [f"{dev.id}: {row.verdict_text}: no speed predicted (a split's speed is not "
+              "modelled)"]
+    eo = row.expert_offload
+    if eo is not None and eo.fits:  # a MoE: the shared weights on the GPU still help
+        absent.append(f"{dev.id}: with the experts in RAM ({eo.flags}) the rest fits on the "
+                      "GPU: strata fit MODEL --on DEVICE shows the plan")
+    return [], absent
+
+
 def whatif_row(model: ResolvedModel, dev: CatalogueDevice, options: FitOptions,
                hosting: Hosting, evidence: Evidence, prices: dict[str, float]) -> WhatIfRow:
-    _, row = device_fit(model, dev, options, hosting)
-    out = WhatIfRow(model.ref, dev, row, row.budget.basis, support(dev),
-                    price_usd=prices.get(dev.id))
-    if row.verdict != FITS:
-        out.absent.append(f"{dev.id}: {row.verdict_text}: no speed predicted (a split's "
-                          "speed is not modelled)")
-        eo = row.expert_offload
-        if eo is not None and eo.fits:  # a MoE: the shared weights on the GPU still help
-            out.absent.append(f"{dev.id}: with the experts in RAM ({eo.flags}) the rest fits "
-                              "on the GPU: strata fit MODEL --on DEVICE shows the plan")
-        return out
-    rt = options.rules.runtime(model, host_profile(dev, hosting), row.budget.kind,
-                               options.kv_type)
-    out.predictions = predict_device(rt.spec, dev, rt.kv_type, rt.runtime_dtype, options.ctx,
-                                     evidence)
-    return out
+    _, row, profile = _plan(model, dev, options, hosting)
+    predictions, absent = _speed(model, dev, row, profile, options, evidence)
+    return WhatIfRow(model.ref, dev, row, row.budget.basis, support(dev), predictions, absent,
+                     prices.get(dev.id))
 
 
 def fit_on(model: ResolvedModel, devices: list[CatalogueDevice], options: FitOptions,
@@ -192,17 +205,12 @@ def fit_on(model: ResolvedModel, devices: list[CatalogueDevice], options: FitOpt
     """`strata fit MODEL --on DEVICE…`: fit's report with one row per catalogue device."""
     rows, predictions, absent, first = [], [], [], None
     for dev in devices:
-        report, row = device_fit(model, dev, options, hosting)
+        report, row, profile = _plan(model, dev, options, hosting)
         first = first or report
         rows.append(row)
-        if row.verdict == FITS:
-            rt = options.rules.runtime(model, host_profile(dev, hosting), row.budget.kind,
-                                       options.kv_type)
-            predictions += predict_device(rt.spec, dev, rt.kv_type, rt.runtime_dtype,
-                                          options.ctx, evidence)
-        else:
-            absent.append(f"{dev.id}: {row.verdict_text}: not predicted (a split's speed is "
-                          "not modelled)")
+        speed, why = _speed(model, dev, row, profile, options, evidence)
+        predictions += speed
+        absent += why
     assert first is not None
     ram = hosting.ram_bytes / 2**30
     return FitReport(model=first.model, options=options,

@@ -188,7 +188,7 @@ def _from_db(dev: CatalogueDevice, phase: str, points: list[DbPoint], tier: str)
     if not pairs:
         return prior(phase)
     if phase == "decode":
-        eta, c = _decode_fit(pairs)
+        eta, c = fit_decode([x for _, x in pairs], [p.measured_s for p, _ in pairs])
     else:
         eta, c = statistics.median(x * (1 / p.measured_s) for p, x in pairs), 0.0
     ratios = [(x / eta + c) / p.measured_s for p, x in pairs]
@@ -202,10 +202,3 @@ def _from_db(dev: CatalogueDevice, phase: str, points: list[DbPoint], tier: str)
              f"{dev.id}'s datasheet")
     return Speed(phase, eta, c, min(low, 1.0), max(high, 1.0), tier, basis, sources)
 
-
-def _decode_fit(pairs: list[tuple[DbPoint, float]]) -> tuple[float, float]:
-    from strata.whatif.published import Point, PublishedRow
-
-    fake = [Point(PublishedRow(p.device, "", "", "", "", "decode", 1 / p.measured_s, "",
-                               "fit"), x, p.bytes_per_token) for p, x in pairs]
-    return fit_decode(fake)

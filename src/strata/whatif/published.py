@@ -151,9 +151,9 @@ def _quantile(values: list[float], q: float) -> float:
     return statistics.quantiles(s, n=20, method="inclusive")[round(q * 20) - 1]
 
 
-def fit_decode(points: list[Point]) -> tuple[float, float]:
-    """(η, c) of t = x/η + c by least squares, η ≤ 1 and c ≥ 0; one point or one x: c = 0."""
-    xs, ts = [p.ideal_s for p in points], [p.measured_s for p in points]
+def fit_decode(xs: list[float], ts: list[float]) -> tuple[float, float]:
+    """(η, c) of t = x/η + c by least squares over ideal seconds `xs` and measured seconds
+    `ts`, η ≤ 1 and c ≥ 0; one point or one x: c = 0."""
     mx, mt = statistics.fmean(xs), statistics.fmean(ts)
     sxx = sum((x - mx) ** 2 for x in xs)
     slope = sum((x - mx) * (t - mt) for x, t in zip(xs, ts, strict=True)) / sxx if sxx else 0
@@ -173,7 +173,7 @@ def fit_class(device_class: str, phase: str, points: list[Point],
     if not mine or (phase == "prefill" and len(devices) < MIN_PREFILL_DEVICES):
         return None  # one device's prefill says how its kernels suit it, not its class
     if phase == "decode":
-        eta, c = fit_decode(mine)
+        eta, c = fit_decode([p.ideal_s for p in mine], [p.measured_s for p in mine])
     else:  # never above the roof: a figure over it means the datasheet peak is not the roof
         eta, c = min(1.0, statistics.median(p.ideal_s / p.measured_s for p in mine)), 0.0
     fit = ClassFit(device_class, phase, dtype, eta, c, 1.0, 1.0, len(mine),

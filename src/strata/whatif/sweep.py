@@ -61,33 +61,29 @@ def variants(dev: CatalogueDevice) -> list[Variant]:
     return out
 
 
-def _preset_refs(quant: str) -> list[str]:
+def presets_by_size(quant: str) -> list[tuple[int, str, ResolvedModel]]:
+    """The published presets at `quant`, largest weights first (resolved once per sweep)."""
     from strata.models.presets import preset_names
 
-    return [f"synthetic:{n}@{quant}" for n in preset_names(include_test=False)]
+    models = [(f"{n}@{quant}", resolve(f"synthetic:{n}@{quant}"))
+              for n in preset_names(include_test=False)]
+    return sorted(((m.spec.weight_bytes(), name, m) for name, m in models
+                   if m.spec is not None), key=lambda t: -t[0])
 
 
-def largest_preset(dev: CatalogueDevice, quant: str, options: FitOptions,
-                   hosting: Hosting) -> str | None:
-    """The published preset with the most weight bytes that fits whole on `dev`."""
-    best: tuple[int, str] | None = None
-    for ref in _preset_refs(quant):
-        model = resolve(ref)
-        if model.spec is None:
-            continue
-        size = model.spec.weight_bytes()
-        if best is not None and size <= best[0]:
-            continue
-        _, row = device_fit(model, dev, options, hosting)
-        if row.verdict == FITS:
-            best = (size, ref.split(":", 1)[1])
-    return best[1] if best else None
+def largest_preset(dev: CatalogueDevice, presets: list[tuple[int, str, ResolvedModel]],
+                   options: FitOptions, hosting: Hosting) -> str | None:
+    """The preset with the most weight bytes that fits whole on `dev`."""
+    for _, name, model in presets:
+        if device_fit(model, dev, options, hosting)[1].verdict == FITS:
+            return name
+    return None
 
 
 def sweep(models: list[ResolvedModel], dev: CatalogueDevice, options: FitOptions,
           hosting: Hosting, evidence: Evidence, quant: str) -> list[Variant]:
-    out = variants(dev)
+    out, presets = variants(dev), presets_by_size(quant)
     for v in out:
         v.rows = [whatif_row(m, v.device, options, hosting, evidence, {}) for m in models]
-        v.largest = largest_preset(v.device, quant, options, hosting)
+        v.largest = largest_preset(v.device, presets, options, hosting)
     return out
