@@ -36,7 +36,8 @@ def _records(proc: subprocess.CompletedProcess[str]) -> list[dict]:
 
 @pytest.mark.slow
 def test_llamacpp_and_torch_agree_and_are_explained(home: Path) -> None:
-    recs = _records(_bench(home, TINY, "-B", "llamacpp,torch", *SMALL_TEST, "-o", "json"))
+    proc = _bench(home, TINY, "-B", "llamacpp,torch", *SMALL_TEST, "-o", "json")
+    recs = _records(proc)
     by = {(r["backend"], r["test"]): r for r in recs}
     assert set(by) == {(b, t) for b in ("llamacpp", "torch") for t in ("pp16", "tg8")}
     for (backend, test), r in by.items():
@@ -55,7 +56,11 @@ def test_llamacpp_and_torch_agree_and_are_explained(home: Path) -> None:
         "SELECT COUNT(*) FROM samples s JOIN results r ON r.id = s.result_id "
         "WHERE r.run_id = ? AND s.metric = 'decode_tps'", (run["id"],)).fetchone()[0]
     assert n_samples == 2 * 2  # two tg results with two raw samples each
-    assert conn.execute("SELECT COUNT(*) FROM measurements WHERE kind = 'roofline'").fetchone()[0]
+    # the roofline is stored — unless other processes kept the host busy through every
+    # attempt: then the run used it, flagged, stored nothing and said so (the one busy rule)
+    roofs = conn.execute("SELECT COUNT(*) FROM measurements WHERE kind = 'roofline'")
+    assert roofs.fetchone()[0] or "roofline not stored: the host was busy" in proc.stderr, \
+        proc.stderr[-2000:]
 
 
 @pytest.mark.slow
