@@ -154,10 +154,10 @@ def _pool(sets: list[Any]) -> Any:
 
 
 def _unit(dst: Any) -> int:
-    """Offsets of a window are multiples of this: a row for quantised (uint8) blocks."""
-    import torch
-
-    return dst.shape[-1] if dst.dtype == torch.uint8 and dst.dim() >= 2 else 1
+    """Offsets of a window are multiples of this: a whole row for integer tensors, whose
+    rows are records (quantised uint8 blocks, attention_window's pos = [P, W], a conv's
+    geom = [S, P]: a window across two records would swap their fields); 1 for floats."""
+    return 1 if dst.is_floating_point() or dst.dim() == 0 else dst.shape[-1]
 
 
 def _offset(pool: Any, n: int, unit: int) -> int:
