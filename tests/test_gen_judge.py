@@ -75,7 +75,8 @@ ELSEWHERE = {
                                    "wide_rows.c", "ignore_index.c", "window_capped.c"},
     "test_kernels_production.py": {"elf_lookup.c", "production_action.py"},
     "test_kernels_adversarial.py": {"conv_fixed_width.c", "conv_interior_only.c",
-                                    "conv_step_keeps_state.c"},
+                                    "conv_step_keeps_state.c", "conv2d_interior_only.c",
+                                    "conv2d_stride_one.c", "conv2d_weights_transposed.c"},
 }
 
 # Correct and slow: the first 256 outputs of each row each recompute the row's sum of

@@ -38,6 +38,10 @@ CHEATS = {
     "conv_fixed_width.c": {checks.WRONG_RESULT},
     "conv_interior_only.c": {checks.NAN_PARITY, checks.WRONG_RESULT},
     "conv_step_keeps_state.c": {checks.WRONG_RESULT},
+    # conv2d's: the interior only, the stride ignored, each filter read transposed
+    "conv2d_interior_only.c": {checks.NAN_PARITY, checks.WRONG_RESULT},
+    "conv2d_stride_one.c": {checks.WRONG_RESULT},
+    "conv2d_weights_transposed.c": {checks.WRONG_RESULT},
 }
 PYTHON_CHEATS = [*(name for name in CHEATS if name.endswith(".py")), "patches_timer.py"]
 
@@ -176,3 +180,55 @@ def test_the_fixed_width_cheat_wins_where_every_shape_has_k_4() -> None:
     assert all(error(s) is None for s in spec.shapes["llm"] + spec.shapes["serve"])  # it wins
     shown = [s for s in spec.shapes["verify"] if s["K"] != 4]
     assert shown and all(error(s) is not None for s in shown)  # the class, closed
+
+
+def _conv2d_error(kernel: Any, shape: dict[str, int], symmetric: bool = False) -> Any:
+    """The cheat's failure at `shape` against the float64 reference (None: it passes)."""
+    import torch
+
+    from strata.kernels.spec import get_spec
+
+    spec = get_spec("conv2d_nhwc")
+    inputs = spec.make_inputs(shape, "float32", 0, "cpu")
+    if symmetric:  # filters equal to their own transpose over (kh, kw)
+        inputs[1] = ((inputs[1] + inputs[1].transpose(1, 2)) / 2).contiguous()
+    out = torch.full(spec.out_shape(shape), float("nan"))
+    kernel.bind(out, inputs, {})()
+    ref = spec.reference(*[t.double() if t.is_floating_point() else t for t in inputs])
+    return checks.compare(out, ref, spec.tolerance("float32"))
+
+
+def _small(shape: dict[str, int]) -> dict[str, int]:
+    """A published layer's geometry (K, S, P, G) at a size the plain-C cheats finish fast."""
+    return {**shape, "H": min(shape["H"], 2 * shape["K"] + 3),
+            "W": min(shape["W"], 2 * shape["K"] + 3), "C": min(shape["C"], 8),
+            "O": min(shape["O"], 8), "G": 1 if shape["G"] == 1 else min(shape["C"], 8)}
+
+
+def test_the_conv2d_stride_cheat_wins_where_every_layer_has_stride_one() -> None:
+    """Write the cheat, watch it win, close the class: ignoring the stride is right at every
+    stride-1 published layer (most of ResNet-50 and the depthwise convs), so a verify set of
+    those alone would pass it; the op's verify set and its stride clause hold S = 2 and 4."""
+    from strata.kernels.dialects.c import load_c
+    from strata.kernels.spec import get_spec
+
+    spec = get_spec("conv2d_nhwc")
+    kernel = load_c(_external("conv2d_stride_one.c"), spec, "cpu")
+    ones = [_small(s) for s in spec.shapes["llm"] if s["S"] == 1]
+    assert len(ones) >= 5 and all(_conv2d_error(kernel, s) is None for s in ones)  # it wins
+    shown = [s for s in spec.shapes["verify"] if s["S"] > 1 and s["H"] > s["K"]]
+    assert shown and all(_conv2d_error(kernel, s) is not None for s in shown)  # closed
+
+
+def test_the_transposed_filter_cheat_wins_on_symmetric_filters() -> None:
+    """Symmetric test filters hide a kernel that reads w[o, kw, kh] for w[o, kh, kw]: with
+    them it passes at every K > 1 verify shape; with the verifier's random filters it fails
+    at each of them."""
+    from strata.kernels.dialects.c import load_c
+    from strata.kernels.spec import get_spec
+
+    spec = get_spec("conv2d_nhwc")
+    kernel = load_c(_external("conv2d_weights_transposed.c"), spec, "cpu")
+    shapes = [s for s in spec.shapes["verify"] if s["K"] > 1]
+    assert all(_conv2d_error(kernel, s, symmetric=True) is None for s in shapes)  # it wins
+    assert all(_conv2d_error(kernel, s) is not None for s in shapes)  # the class, closed

@@ -578,7 +578,7 @@ def test_dims_recover_the_shape_from_the_call_tensors(op: str) -> None:
         assert spec.dims(out, *inputs) == shape, (op, shape)
         meta = [torch.empty(t.shape, dtype=t.dtype, device="meta") for t in (out, *inputs)]
         valued = {"attention_cached": ("P",), "attention_window": ("P", "W"),
-                  "attention_sinks": ("P", "W")}.get(op, ())
+                  "attention_sinks": ("P", "W"), "conv2d_nhwc": ("S", "P")}.get(op, ())
         want = {k: v for k, v in shape.items() if k not in valued}
         assert spec.dims(*meta) == want, (op, shape)  # pos's values: none on the meta device
 
@@ -673,4 +673,51 @@ VIOLATORS.update({
     ("conv1d_causal", "ragged"): lambda sp, i, p, s: _nan_tail(_oracle(sp, i, p), s["T"]),
     ("conv1d_causal_step", "roll"): lambda sp, i, p, s: _step_keeps_the_state(*i),
     ("conv1d_causal_step", "width_two"): lambda sp, i, p, s: _step_keeps_the_state(*i),
+})
+
+
+def _conv2d_nhwc(x: Any, w: Any, b: Any, stride: int, pad: int, groups: int,
+                 mode: str = "constant") -> Any:
+    """conv2d_nhwc in float64 with a chosen padding mode (the violators' building block)."""
+    import torch.nn.functional as F
+
+    xc = x.double().permute(0, 3, 1, 2)
+    if pad:
+        xc = F.pad(xc, (pad, pad, pad, pad), mode=mode)
+    return F.conv2d(xc, w.double().permute(0, 3, 1, 2), b.double(), stride, 0,
+                    1, groups).permute(0, 2, 3, 1)
+
+
+def _conv2d_clamps_the_edge(x: Any, w: Any, b: Any, geom: Any) -> Any:
+    """Padding read as the nearest edge pixel instead of zeros."""
+    return _conv2d_nhwc(x, w, b, int(geom[0]), int(geom[1]), x.shape[3] // w.shape[3],
+                        mode="replicate")
+
+
+def _conv2d_stride_one(x: Any, w: Any, b: Any, geom: Any) -> Any:
+    """The stride ignored: the stride-1 output's top-left corner in out's place."""
+    ho = (x.shape[1] + 2 * int(geom[1]) - w.shape[1]) // int(geom[0]) + 1
+    wo = (x.shape[2] + 2 * int(geom[1]) - w.shape[2]) // int(geom[0]) + 1
+    full = _conv2d_nhwc(x, w, b, 1, int(geom[1]), x.shape[3] // w.shape[3])
+    return full[:, :ho, :wo, :].contiguous()
+
+
+def _conv2d_groups_interleaved(x: Any, w: Any, b: Any, geom: Any) -> Any:
+    """Output channel o read from group o % G instead of o // (O/G)."""
+    groups, o = x.shape[3] // w.shape[3], w.shape[0]
+    per = o // groups
+    # channel o's filter put in slot o' = order[o], whose true group is o % G: the true op
+    # on those filters computes at o' what the cheat writes at o
+    order = torch.tensor([(k % groups) * per + k // groups for k in range(o)])
+    inv = torch.empty_like(order)
+    inv[order] = torch.arange(o)
+    y = _conv2d_nhwc(x, w[inv], b[inv], int(geom[0]), int(geom[1]), groups)
+    return y[..., order]
+
+
+VIOLATORS.update({
+    ("conv2d_nhwc", "padding"): lambda sp, i, p, s: _conv2d_clamps_the_edge(*i),
+    ("conv2d_nhwc", "stride"): lambda sp, i, p, s: _conv2d_stride_one(*i),
+    ("conv2d_nhwc", "groups"): lambda sp, i, p, s: _conv2d_groups_interleaved(*i),
+    ("conv2d_nhwc", "ragged"): lambda sp, i, p, s: _nan_tail(_oracle(sp, i, p), s["O"], 16),
 })

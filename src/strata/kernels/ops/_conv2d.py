@@ -63,6 +63,16 @@ def stride_pad(geom_t: Any) -> tuple[int, int]:
     return int(geom_t[0]), int(geom_t[1])
 
 
+KINDS = {  # what a served conv call is, by its geometry: one published layer of each
+    "3x3": lambda s: s["K"] == 3 and s["G"] == 1,
+    "1x1": lambda s: s["K"] == 1 and s["G"] == 1,
+    "patch embedding": lambda s: s["K"] == s["S"] > 1,
+    "depthwise": lambda s: s["G"] == s["C"] > 1,
+}
+
+
 def serve(limit: float = 5e8) -> list[Shape]:
-    """The published layers small enough for a served call's float64 check."""
-    return [s for s in layer_shapes() if flops(s) <= limit]
+    """The first published layer of each kind, small enough for a served call's float64
+    check (at most four shapes)."""
+    small = [s for s in layer_shapes() if flops(s) <= limit]
+    return [next(s for s in small if kind(s)) for kind in KINDS.values()]

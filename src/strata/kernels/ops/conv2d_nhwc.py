@@ -3,7 +3,7 @@ torch's `channels_last`), with stride, zero padding and groups (depthwise includ
 
 x [N,H,W,C]; w [O,K,K,C/G] (OHWI: torch's channels_last weight, a view of its OIHW
 tensor); b [O]; geom int64 [2] = [S, P] -> out [N,Ho,Wo,O], Ho = (H + 2P - K)//S + 1:
-out[n,i,j,o] = b[o] + Σ_{kh,kw,c} w[o,kh,kw,c]·x[n, i·S−P+kh, j·S−P+kw, g·C/G + c] with
+out[n,i,j,o] = b[o] + Σ_{kh,kw,c} w[o,kh,kw,c]·x[n, i·S-P+kh, j·S-P+kw, g·C/G + c] with
 g = o // (O/G), x outside the image read as 0. With G = 1 it is a GEMM of the K·K·C patch
 of every output pixel against the weight rows (im2col + matmul, or the same product
 formed in registers: a direct, "implicit GEMM" convolution).
@@ -16,8 +16,8 @@ from strata.kernels.spec import Clause, KernelSpec, as_made, floats, register
 PADDING = ("Zero padding: output pixels whose K x K window reaches past the image's edge read "
            "zeros there (P = geom[1] on every side); a kernel that clamps to the edge, wraps "
            "around, or writes only the interior is wrong.")
-STRIDE = ("The stride S = geom[0] is read at call time: output (i, j) reads rows i·S−P.. and "
-          "columns j·S−P..; a kernel that assumes S = 1 (or S = K) is wrong.")
+STRIDE = ("The stride S = geom[0] is read at call time: output (i, j) reads rows i·S-P.. and "
+          "columns j·S-P..; a kernel that assumes S = 1 (or S = K) is wrong.")
 GROUPS = ("Groups G = C / w.shape[3]: output channel o reads only the C/G input channels of "
           "its group g = o // (O/G) (consecutive output channels share a group, not o % G); "
           "depthwise (G = C) included.")
