@@ -34,7 +34,12 @@ TARGETS = [
     # issue 28: Mamba's causal depthwise conv1d, prefill (the largest published model's
     # channels, a 512-token chunk) and the decode step of each published model: >= 2x eager
     ("conv1d_causal", "speedup", 2.0), ("conv1d_causal_step", "speedup", 2.0),
+    # issue 28: conv2d at ResNet-50's 3x3 and 1x1 layers, >= 0.8x oneDNN (torch eager on
+    # channels-last tensors); the NCHW op's im2col + the lab's AVX2 GEMM against torch's NCHW
+    ("conv2d_nhwc", "speedup", 0.8), ("conv2d", "speedup", 0.8),
 ]
+# the implementation each op reports unless --impl names one
+IMPL = {"conv2d_nhwc": "c.avx512", "conv2d": "c.im2col"}
 
 
 def geomean(values: list[float]) -> float | None:
@@ -60,7 +65,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--no-compile", action="store_true", help="skip torch.compile")
     ap.add_argument("--max-time", type=float, default=1.0, help="timed seconds per contender")
-    ap.add_argument("--impl", default="c.avx2", help="implementation to report")
+    ap.add_argument("--impl", default=None,
+                    help="implementation to report (default: c.avx2, or the op's own in IMPL)")
     ap.add_argument("--ops", default=",".join(t[0] for t in TARGETS))
     ap.add_argument("--with-naive", action="store_true",
                     help="also time the naive C variants (slow: naive matmul at 2048^3)")
@@ -89,7 +95,8 @@ def main() -> int:
     for op, kind, target in TARGETS:
         if op not in ops:
             continue
-        impls = [find(op, args.impl, s.conn)]
+        impl = args.impl or IMPL.get(op, "c.avx2")
+        impls = [find(op, impl, s.conn)]
         if args.with_naive:
             impls.append(find(op, "c.naive", s.conn))
         per_cache = {}
@@ -98,7 +105,7 @@ def main() -> int:
                                 compile_=not args.no_compile, max_time_s=args.max_time,
                                 cache=cache, progress=lambda m: console.print(f"[dim]{m}"))
             Console(width=160).print(bench_table(figures, f"{op} ({cache} cache)"))
-            ours = [f for f in figures if f.impl == args.impl]
+            ours = [f for f in figures if f.impl == impl]
             if kind == "speedup":
                 per_cache[cache] = (geomean([f.speedup_eager for f in ours]),
                                     geomean([f.speedup_compile for f in ours]))
@@ -106,7 +113,8 @@ def main() -> int:
                 per_cache[cache] = (geomean([f.frac_bw for f in ours]), None)
                 read_notes.append(_read_note(s, op, ours, args.max_time, bw))
         summary.append((op, kind, target, per_cache))
-    print(f"\nsummary ({args.impl}; geometric mean over the figure shapes; "
+    print(f"\nsummary ({args.impl or 'each op its own implementation'}; geometric mean over "
+          "the figure shapes; "
           f"{time.perf_counter() - started:.0f} s):")
     print(f"{'op':18} {'figure':22} {'target':>7} {'cold':>7} {'warm':>7} {'vs compile':>11}")
     for op, kind, target, per_cache in summary:

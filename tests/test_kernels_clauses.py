@@ -578,7 +578,8 @@ def test_dims_recover_the_shape_from_the_call_tensors(op: str) -> None:
         assert spec.dims(out, *inputs) == shape, (op, shape)
         meta = [torch.empty(t.shape, dtype=t.dtype, device="meta") for t in (out, *inputs)]
         valued = {"attention_cached": ("P",), "attention_window": ("P", "W"),
-                  "attention_sinks": ("P", "W"), "conv2d_nhwc": ("S", "P")}.get(op, ())
+                  "attention_sinks": ("P", "W"), "conv2d_nhwc": ("S", "P"),
+                  "conv2d": ("S", "P"), "conv1d": ("S", "P", "D")}.get(op, ())
         want = {k: v for k, v in shape.items() if k not in valued}
         assert spec.dims(*meta) == want, (op, shape)  # pos's values: none on the meta device
 
@@ -720,4 +721,52 @@ VIOLATORS.update({
     ("conv2d_nhwc", "stride"): lambda sp, i, p, s: _conv2d_stride_one(*i),
     ("conv2d_nhwc", "groups"): lambda sp, i, p, s: _conv2d_groups_interleaved(*i),
     ("conv2d_nhwc", "ragged"): lambda sp, i, p, s: _nan_tail(_oracle(sp, i, p), s["O"], 16),
+})
+
+
+def _as_nhwc(violator: Callable[..., Any]) -> Callable[..., Any]:
+    """An NHWC violator applied to conv2d's NCHW tensors (the same promise, the other layout)."""
+    def nchw(x: Any, w: Any, b: Any, geom: Any) -> Any:
+        return violator(x.permute(0, 2, 3, 1), w.permute(0, 2, 3, 1), b,
+                        geom).permute(0, 3, 1, 2)
+
+    return nchw
+
+
+VIOLATORS.update({
+    ("conv2d", "padding"): lambda sp, i, p, s: _as_nhwc(_conv2d_clamps_the_edge)(*i),
+    ("conv2d", "stride"): lambda sp, i, p, s: _as_nhwc(_conv2d_stride_one)(*i),
+    ("conv2d", "groups"): lambda sp, i, p, s: _as_nhwc(_conv2d_groups_interleaved)(*i),
+    ("conv2d", "ragged"): lambda sp, i, p, s: _nan_tail(_oracle(sp, i, p), s["W"], 8),
+})
+
+
+def _conv1d_as(x: Any, w: Any, b: Any, geom: Any, *, mode: str = "constant",
+               stride: int | None = None, dilation: int | None = None,
+               interleave: bool = False) -> Any:
+    """conv1d in float64 with one promise broken: the padding mode, the stride or dilation
+    forced, or output channel o read from group o % G."""
+    import torch.nn.functional as F
+
+    s, p, d = (int(v) for v in geom.tolist())
+    groups = x.shape[1] // w.shape[1]
+    lo = (x.shape[2] + 2 * p - d * (w.shape[2] - 1) - 1) // s + 1
+    wd, bd = w.double(), b.double()
+    order = None
+    if interleave:
+        per = w.shape[0] // groups
+        order = torch.tensor([(k % groups) * per + k // groups for k in range(w.shape[0])])
+        inv = torch.empty_like(order)
+        inv[order] = torch.arange(w.shape[0])
+        wd, bd = wd[inv], bd[inv]
+    xd = F.pad(x.double(), (p, p), mode=mode) if p else x.double()
+    y = F.conv1d(xd, wd, bd, stride or s, 0, dilation or d, groups)[..., :lo]
+    return y[:, order] if order is not None else y
+
+
+VIOLATORS.update({
+    ("conv1d", "padding"): lambda sp, i, p, s: _conv1d_as(*i, mode="replicate"),
+    ("conv1d", "stride_dilation"): lambda sp, i, p, s: _conv1d_as(*i, dilation=1),
+    ("conv1d", "groups"): lambda sp, i, p, s: _conv1d_as(*i, interleave=True),
+    ("conv1d", "ragged"): lambda sp, i, p, s: _nan_tail(_oracle(sp, i, p), s["L"], 8),
 })

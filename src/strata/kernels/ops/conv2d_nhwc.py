@@ -10,27 +10,9 @@ formed in registers: a direct, "implicit GEMM" convolution).
 """
 
 from strata.kernels.ops import _conv2d
-from strata.kernels.ops._clauses import ragged
-from strata.kernels.spec import Clause, KernelSpec, as_made, floats, register
+from strata.kernels.spec import KernelSpec, floats, register
 
-PADDING = ("Zero padding: output pixels whose K x K window reaches past the image's edge read "
-           "zeros there (P = geom[1] on every side); a kernel that clamps to the edge, wraps "
-           "around, or writes only the interior is wrong.")
-STRIDE = ("The stride S = geom[0] is read at call time: output (i, j) reads rows i·S-P.. and "
-          "columns j·S-P..; a kernel that assumes S = 1 (or S = K) is wrong.")
-GROUPS = ("Groups G = C / w.shape[3]: output channel o reads only the C/G input channels of "
-          "its group g = o // (O/G) (consecutive output channels share a group, not o % G); "
-          "depthwise (G = C) included.")
-CLAUSES = (
-    Clause("padding", PADDING, {"N": 1, "H": 5, "W": 6, "C": 3, "O": 4, "K": 3, "G": 1,
-                                "S": 1, "P": 1}, as_made),
-    Clause("stride", STRIDE, {"N": 1, "H": 9, "W": 8, "C": 3, "O": 5, "K": 3, "G": 1,
-                              "S": 2, "P": 1}, as_made),
-    Clause("groups", GROUPS, {"N": 1, "H": 6, "W": 5, "C": 4, "O": 8, "K": 3, "G": 4,
-                              "S": 1, "P": 1}, as_made),
-    ragged({"N": 2, "H": 7, "W": 9, "C": 5, "O": 19, "K": 3, "G": 1, "S": 1, "P": 1},
-           "N, H, W, C and O"),
-)
+CLAUSES = _conv2d.clauses(w_axis=3)
 
 
 def _inputs(s, dtype, seed, device):
@@ -73,20 +55,5 @@ SPEC = register(KernelSpec(
                                  o.shape[2]),
     dims=_dims,
     clauses=CLAUSES,
-    shapes={
-        "verify": [{"N": 1, "H": 1, "W": 1, "C": 1, "O": 1, "K": 1, "G": 1, "S": 1, "P": 0},
-                   {"N": 1, "H": 5, "W": 7, "C": 3, "O": 5, "K": 3, "G": 1, "S": 1, "P": 1},
-                   {"N": 2, "H": 9, "W": 6, "C": 4, "O": 6, "K": 3, "G": 1, "S": 2, "P": 1},
-                   {"N": 1, "H": 11, "W": 9, "C": 3, "O": 8, "K": 7, "G": 1, "S": 2, "P": 3},
-                   {"N": 1, "H": 8, "W": 8, "C": 5, "O": 7, "K": 1, "G": 1, "S": 1, "P": 0},
-                   {"N": 1, "H": 7, "W": 6, "C": 6, "O": 9, "K": 1, "G": 1, "S": 2, "P": 0},
-                   {"N": 1, "H": 12, "W": 8, "C": 3, "O": 5, "K": 4, "G": 1, "S": 4, "P": 0},
-                   {"N": 1, "H": 9, "W": 10, "C": 6, "O": 6, "K": 7, "G": 6, "S": 1, "P": 3},
-                   {"N": 1, "H": 7, "W": 7, "C": 4, "O": 6, "K": 3, "G": 2, "S": 1, "P": 1},
-                   {"N": 1, "H": 6, "W": 9, "C": 70, "O": 67, "K": 3, "G": 1, "S": 1, "P": 1}],
-        # every conv2d layer of the published vision models (models/data/vision_configs.json)
-        "llm": _conv2d.layer_shapes(),
-        "figure": _conv2d.layer_shapes(),
-        "serve": _conv2d.serve(),
-    },
+    shapes=_conv2d.shape_sets(),
 ))
