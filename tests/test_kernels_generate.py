@@ -286,3 +286,39 @@ def test_a_real_llama_cpp_server_completes_and_is_stored(home: Path) -> None:
     rows = attempts(home)
     assert [(r["turn"], r["status"]) for r in rows] == [(1, "format"), (2, "format")]
     assert all(r["tokens_in"] and r["tokens_in"] > 1000 for r in rows)  # from `usage`
+
+
+def test_the_kernelbench_conv_task_set_times_kernelbench_shapes(home: Path) -> None:
+    """`--ops kernelbench-conv` asks for conv2d and conv1d, tells the model the KernelBench
+    shapes it will be timed at, and benchmarks each correct reply at exactly those (not the
+    ops' model shapes)."""
+    from strata.kernels.impl import SOURCES
+    from strata.kernels.spec import get_spec
+
+    replies = [reply((SOURCES / "c" / f"{op}.naive.c").read_text()) for op in ("conv2d",
+                                                                               "conv1d")]
+    with replay_server(by_model={"coder": replies}) as srv:
+        proc = run_cli("kernels", "eval", "--endpoint", srv.url, "--models", "coder", "--ops",
+                       "kernelbench-conv", "--samples", "1", "--turns", "1", "-o", "json",
+                       home=home)
+        asked = [user_text(r) for r in srv.requests]
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)[0]["correct_rate"] == 1.0
+    for op, text in zip(("conv2d", "conv1d"), asked, strict=True):
+        spec = get_spec(op)
+        assert f"# Task: `{op}`" in text and "KernelBench level-1 problems" in text
+        with home_db(home) as conn:
+            timed = {tuple(sorted(json.loads(r["shape"]).items())) for r in conn.execute(
+                "SELECT shape FROM kernel_results WHERE kind = 'bench' AND op = ? AND "
+                "impl LIKE 'c.ext.%'", (op,))}
+        want = {tuple(sorted(s.items())) for s in spec.shapes["kernelbench"]}
+        assert timed == want, (op, timed)
+        assert not want & {tuple(sorted(s.items())) for s in spec.shapes["llm"]}
+
+
+def test_an_unknown_task_set_is_a_one_line_error(home: Path) -> None:
+    proc = run_cli("kernels", "eval", "--endpoint", "http://127.0.0.1:9/v1", "--ops",
+                   "kernelbench-attention", home=home)
+    assert proc.returncode == 2
+    assert "kernelbench-attention" in proc.stderr and "kernelbench-conv" in proc.stderr
+    assert "Traceback" not in proc.stderr

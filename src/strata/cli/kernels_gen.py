@@ -219,7 +219,9 @@ def kernels_eval(
         help="Comma-separated model names (default: the server's first).")] = None,
     ops: Annotated[str, typer.Option("--ops", rich_help_panel=SEARCH_PANEL,
                                      help="all, or a comma list of ops (`strata kernels "
-                                     "list` names every one).")] = "all",
+                                     "list` names every one) and task sets: "
+                                     "kernelbench-conv is KernelBench's level-1 conv "
+                                     "problems, timed at their own shapes.")] = "all",
     dialect: DialectOption = "c",
     device: DeviceOption = None,
     samples: SamplesOption = 4,

@@ -159,7 +159,7 @@ def leaderboard(o: EvalOptions, err: Console, progress: Progress) -> list[Scores
     """Models as kernel writers on this host: each model writes each op (or a replay's
     recorded replies are judged again) under `progress("evaluating…")`, whose callback
     takes a message; the attempts scored per model (pass@k for the k the samples allow)."""
-    from strata.kernels.gen.evaluate import EvalConfig, resolve_ops, run_eval
+    from strata.kernels.gen.evaluate import EvalConfig, resolve_ops, run_eval, shape_sets
     from strata.kernels.gen.evaluate import replay as replay_run
     from strata.kernels.gen.metrics import score
 
@@ -183,7 +183,7 @@ def leaderboard(o: EvalOptions, err: Console, progress: Progress) -> list[Scores
                                  ops=op_list, dialect=o.dialect, device=target,
                                  samples=o.samples, turns=o.turns, temperature=o.temperature,
                                  skill=skill, bench=o.bench, timeout_s=o.timeout_s,
-                                 jobs=default_jobs())
+                                 jobs=default_jobs(), shapes=shape_sets(o.ops))
                 found = run_eval(cfg, client, s.conn, roof, say)
     return score(found, ks=recorded_ks(found))
 

@@ -14,13 +14,14 @@ import threading
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from strata.errors import InputError
 from strata.kernels.gen.loop import GenConfig, db_file, generate
 from strata.kernels.gen.records import Attempt, code_hash
+from strata.kernels.gen.tasksets import DEFAULT_SHAPES, resolve_tasks
 
 
 @dataclass
@@ -39,24 +40,21 @@ class EvalConfig:
     concurrency: int = 4
     jobs: int = 1
     run: str = ""
+    shapes: dict[str, str] = field(default_factory=dict)  # op -> set timed (default llm)
 
     def __post_init__(self) -> None:
         self.run = self.run or "eval-" + uuid.uuid4().hex[:8]
 
 
 def resolve_ops(spec: str, dialect: str) -> list[str]:
-    """`all` or a comma list, checked against the lab's ops."""
-    from strata.kernels.spec import all_specs
+    """`all` or a comma list of ops and task sets (gen/tasksets.py), checked against the
+    lab's ops."""
+    return list(dict.fromkeys(t.op for t in resolve_tasks(spec)))
 
-    known = list(all_specs())
-    if spec == "all":
-        return known
-    ops = [o.strip() for o in spec.split(",") if o.strip()]
-    unknown = [o for o in ops if o not in known]
-    if unknown or not ops:
-        raise InputError(f"--ops {spec}: unknown op {', '.join(unknown) or '(none given)'} "
-                         f"(choose all or from {', '.join(known)})")
-    return ops
+
+def shape_sets(spec: str) -> dict[str, str]:
+    """op -> the shape set its benchmark times, for the ops a task set names."""
+    return {t.op: t.shapes for t in resolve_tasks(spec) if t.shapes != DEFAULT_SHAPES}
 
 
 Say = Callable[[str], None]
@@ -73,7 +71,8 @@ def run_eval(cfg: EvalConfig, client: Any, conn: sqlite3.Connection, roofline: A
                             temperature=cfg.temperature, max_tokens=cfg.max_tokens,
                             skill=cfg.skill, register=False, bench=cfg.bench,
                             timeout_s=cfg.timeout_s, concurrency=cfg.concurrency,
-                            jobs=cfg.jobs, run=cfg.run)
+                            jobs=cfg.jobs, run=cfg.run,
+                            shapes=cfg.shapes.get(op, DEFAULT_SHAPES))
             result = generate(gen, client, conn, roofline,
                               lambda s, t, w, m=model, o=op: say(
                                   f"{m} · {o} · sample {s + 1} turn {t}: {w}"))

@@ -129,7 +129,7 @@ def _from_verdict(verdict: Verdict) -> Judgement:
 
 def judge_candidate(session: Any, op: str, dialect: str, device: str, code: str,
                     roofline: Any, *, timeout_s: float = 120.0, bench: bool = True,
-                    max_time_s: float = 0.2,
+                    max_time_s: float = 0.2, shapes: str = "llm",
                     progress: Callable[[str], None] = lambda _m: None) -> Judgement:
     """Verify (and, when correct and `bench`, benchmark) one extracted candidate. `device`
     is where the caller wants it to run; the verdict names where it ran."""
@@ -148,7 +148,7 @@ def judge_candidate(session: Any, op: str, dialect: str, device: str, code: str,
     if not bench:
         judged.feedback = fb.timing_feedback(OK, [], "Not timed in this run.")
         return judged
-    judged.figures = run_bench(session, [impl], roofline, shapes="llm", compile_=False,
+    judged.figures = run_bench(session, [impl], roofline, shapes=shapes, compile_=False,
                                max_time_s=max_time_s, progress=progress)
     _judge_figures(session, judged, verdict.device or device)
     return judged

@@ -46,6 +46,7 @@ class GenConfig:
     jobs: int = 1  # verifications at once
     seed: int | None = 0  # per-turn request seed = seed + 1000*sample + turn (same in A/B arms)
     run: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    shapes: str = "llm"  # the op's shape set the benchmark times (a task set may name another)
 
 
 @dataclass
@@ -111,7 +112,7 @@ def generate(config: GenConfig, client: Any, conn: sqlite3.Connection, roofline:
 
     skill_text = config.skill.text if config.skill is not None else None
     prompt = build_prompt(session(conn=conn), config.op, config.dialect, config.device,
-                          roofline, skill_text=skill_text)
+                          roofline, skill_text=skill_text, shapes=config.shapes)
     shared = _Shared(config, client, prompt, roofline, db_file(conn),
                      threading.Semaphore(max(1, config.jobs)), progress)
     workers = max(1, min(config.concurrency, config.samples))
@@ -177,7 +178,8 @@ def _judge(shared: _Shared, session: Any, sample: int, turn: int,
         judged, code = judge_reply(session, reply.text, cfg.op, cfg.dialect, cfg.device,
                                    shared.roofline if cfg.bench else None,
                                    entry=entry_symbol(cfg.op, cfg.dialect),
-                                   timeout_s=cfg.timeout_s, bench=cfg.bench)
+                                   timeout_s=cfg.timeout_s, bench=cfg.bench,
+                                   shapes=cfg.shapes)
     return Attempt(
         op=cfg.op, dialect=cfg.dialect, device=cfg.device, endpoint=shared.client.endpoint,
         model=cfg.model, template_hash=shared.prompt.template_hash, sample=sample, turn=turn,

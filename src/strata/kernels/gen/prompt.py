@@ -48,7 +48,15 @@ EXAMPLE_FOR = {"rmsnorm": ("softmax", "silu_mul"), "layernorm": ("softmax", "sil
                "matmul": ("matvec_q8_0", "softmax"), "matvec_q8_0": ("matmul", "softmax"),
                "matvec_q4_0": ("matmul", "softmax"),
                "attention": ("decode_attention", "softmax"),
-               "decode_attention": ("attention", "softmax")}
+               "decode_attention": ("attention", "softmax"),
+               # a convolution sees another layout's convolution, then the GEMM it lowers to
+               "conv2d": ("conv2d_nhwc", "matmul"), "conv2d_nhwc": ("conv2d", "matmul"),
+               "conv1d": ("conv2d", "conv1d_causal"), "conv1d_causal": ("conv1d", "softmax"),
+               "conv1d_causal_step": ("conv1d_causal", "softmax")}
+
+# how the task names the shape set its benchmark times
+BENCH_SETS = {"llm": "the `llm` set, from real model configs",
+              "kernelbench": "the `kernelbench` set: KernelBench level-1 problems at batch 1"}
 
 __all__ = ["TEMPLATES", "Prompt", "Target", "abi_signature", "build_prompt", "entry_for",
            "example_op", "feedback_prompt", "hardware_dialect", "target_for",
@@ -57,7 +65,8 @@ __all__ = ["TEMPLATES", "Prompt", "Target", "abi_signature", "build_prompt", "en
 
 @dataclass
 class Target:
-    """What the model is asked to beat, at the op's `llm` shapes (times at the largest)."""
+    """What the model is asked to beat, at the op's `llm` shapes or a task set's (times at
+    the largest)."""
 
     shapes: list[str]
     best_impl: str | None
@@ -66,6 +75,7 @@ class Target:
     ceiling_s: float | None  # roofline ceiling time at the largest shape
     largest: str = ""
     untimed: str | None = None  # why timings mean nothing here (an interpreter), else None
+    set_name: str = "llm"  # the shape set timed
 
 
 @dataclass
@@ -164,7 +174,7 @@ def _time_at(rows: list[Any], shape: dict[str, int]) -> float | None:
 
 
 def target_for(s: Session, op: str, dialect: str, device: str,
-               roofline: Roofline | None) -> Target:
+               roofline: Roofline | None, shapes: str = "llm") -> Target:
     """Eager's time, the best verified implementation's (any dialect) and the roofline
     ceiling at the largest `llm` shape, from this host's stored benchmarks."""
     from strata.kernels.dialects import get_dialect
@@ -174,7 +184,7 @@ def target_for(s: Session, op: str, dialect: str, device: str,
     from strata.store.kernels import latest_bench, latest_verification
 
     spec = get_spec(op)
-    shapes = spec.shape_set("llm")
+    set_name, shapes = shapes, spec.shape_set(shapes)
     largest = max(shapes, key=lambda sh: spec.bytes(sh, 4))
     eager = baselines(op)[0]
     eager_s = _time_at(latest_bench(s.conn, s.fingerprint, op, eager.name,
@@ -190,7 +200,7 @@ def target_for(s: Session, op: str, dialect: str, device: str,
             best = (t, impl.name)
     return Target([shape_label(sh) for sh in shapes], best[1] if best else None,
                   best[0] if best else None, eager_s, ceiling_s(spec, largest, device, roofline),
-                  shape_label(largest), get_dialect(dialect).untimed_reason(device))
+                  shape_label(largest), get_dialect(dialect).untimed_reason(device), set_name)
 
 
 def _us(t: float | None) -> str:
@@ -203,7 +213,8 @@ def target_text(t: Target) -> str:
     best = f"{_us(t.best_s)} ({t.best_impl})" if t.best_impl else \
         "none verified and benchmarked here yet"
     return "\n".join([
-        f"Timed at the `llm` shapes: {'; '.join(t.shapes)}. At the largest ({t.largest}):",
+        f"Timed at the `{t.set_name}` shapes: {'; '.join(t.shapes)}. At the largest "
+        f"({t.largest}):",
         f"- PyTorch eager: {_us(t.eager_s)}",
         f"- fastest verified implementation on this host: {best}",
         f"- roofline ceiling (bytes at measured memory bandwidth with cold caches, FLOPs at "
@@ -243,7 +254,8 @@ def example_source(path: Path | None) -> str:
 
 
 def build_prompt(s: Session, op: str, dialect: str, device: str, roofline: Roofline | None,
-                 skill_text: str | None = None, *, template_dir: Path = TEMPLATES) -> Prompt:
+                 skill_text: str | None = None, *, template_dir: Path = TEMPLATES,
+                 shapes: str = "llm") -> Prompt:
     from strata.kernels.dialects import get_dialect
     from strata.kernels.spec import get_spec
     from strata.native import DEFAULT_FLAGS
@@ -265,7 +277,8 @@ def build_prompt(s: Session, op: str, dialect: str, device: str, roofline: Roofl
         signature=abi_signature(spec.name, d.name), inputs=", ".join(spec.inputs),
         params=", ".join(f"{k}={v}" for k, v in spec.params.items()) or "none",
         verify_shapes=shape_lines(spec, spec.shape_set("verify")),
-        llm_shapes=shape_lines(spec, spec.shape_set("llm")),
+        llm_shapes=shape_lines(spec, spec.shape_set(shapes)),
+        bench_set=BENCH_SETS.get(shapes, f"the `{shapes}` set"),
         tolerance=tolerance_text(spec), reference=reference_source(spec),
         example_op=impl.op, example_impl=impl.name,
         example_note=f"How the lab writes `{impl.op}` in this dialect ({how}). Same "
@@ -273,7 +286,8 @@ def build_prompt(s: Session, op: str, dialect: str, device: str, roofline: Roofl
         example_source=example_source(impl.source),
         rules=rules_text(spec.name, d.name, requires),
         hardware=hardware_dialect(s.host, device, roofline),
-        target=target_text(target_for(s, spec.name, d.name, device, roofline)), **common)
+        target=target_text(target_for(s, spec.name, d.name, device, roofline, shapes)),
+        **common)
     return Prompt([{"role": "system", "content": system}, {"role": "user", "content": user}],
                   template_hash(d.name, template_dir))
 

@@ -10,6 +10,7 @@ w[O, C·K] @ cols[C·K, Lo] (im2col). The Mamba conv (conv1d_causal) is the dept
 stride-1 case with its own op.
 """
 
+from strata.kernels.ops import _kernelbench
 from strata.kernels.ops._clauses import ragged
 from strata.kernels.spec import Clause, KernelSpec, Shape, as_made, floats, register
 
@@ -110,5 +111,7 @@ SPEC = register(KernelSpec(
         "figure": _whisper(),
         # the smallest two at a 10 s window: a served call's float64 check stays < 1 s
         "serve": _whisper(1000)[:2],
+        # KernelBench's level-1 conv1d problems (ops/_kernelbench.py names each)
+        "kernelbench": _kernelbench.unique(_kernelbench.CONV1D),
     },
 ))

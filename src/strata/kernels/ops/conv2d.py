@@ -9,7 +9,7 @@ w[O, C·K·K] @ cols[C·K·K, Ho·Wo] per image, cols the im2col matrix (Caffe's
 GEMM whose rows are output channels. conv2d_nhwc is the same op channels-last.
 """
 
-from strata.kernels.ops import _conv2d
+from strata.kernels.ops import _conv2d, _kernelbench
 from strata.kernels.spec import KernelSpec, floats, register
 
 
@@ -49,5 +49,6 @@ SPEC = register(KernelSpec(
                                  o.shape[3]),
     dims=_dims,
     clauses=_conv2d.clauses(w_axis=1),
-    shapes=_conv2d.shape_sets(),
+    # + KernelBench's level-1 conv2d problems (ops/_kernelbench.py names each)
+    shapes={**_conv2d.shape_sets(), "kernelbench": _kernelbench.unique(_kernelbench.CONV2D)},
 ))
