@@ -214,6 +214,11 @@ def kernels_bench(
 def kernels_explain(
     op: Annotated[str, typer.Argument(metavar="OP", help="The op to dispatch.")],
     device: Annotated[str, typer.Option("--device", help="cpu, cuda:0, rocm:0, …")] = "cpu",
+    shape: Annotated[str | None, typer.Option(
+        "--shape", metavar="DIMS", show_default=False,
+        help="For calls at this shape, e.g. \"N=1 H=56 W=56 C=64 O=64 K=3 G=1 S=1 P=1\": "
+        "the ops dispatched per shape (convolutions) then rank by the benchmark at it, and "
+        "an external kernel serves only where it was proven.")] = None,
     fmt: FormatOption = "table",
     json_out: JsonOption = False,
     db: DbOption = None,
@@ -226,6 +231,7 @@ def kernels_explain(
     [bold]Examples[/bold]
       strata kernels explain rmsnorm
       strata kernels explain matmul --device cuda:0 -o json
+      strata kernels explain conv2d --shape "N=1 H=224 W=224 C=3 O=64 K=7 G=1 S=2 P=3"
     """
     from strata.kernels import choose
     from strata.views.kernels import render_decision
@@ -235,7 +241,13 @@ def kernels_explain(
     if s.caps.device(device) is None:
         raise InputError(f"--device {device}: not on this host (it has "
                          f"{', '.join(d.key for d in s.caps.devices)})")
-    decision = choose(s.host, [op], device)[op].decision
+    if shape is None:
+        decision = choose(s.host, [op], device)[op].decision
+    else:
+        from strata.kernels.dispatch import resolve
+        from strata.kernels.spec import get_spec, parse_shape
+
+        decision = resolve(op, device, s.host, parse_shape(get_spec(op), shape))
     # json: the whole decision; the other formats its trace, one row each
     document = decision.to_dict()
     trace = document["trace"]

@@ -32,6 +32,25 @@ class Choice:
     # at; None: such calls take the vendor path
     host: Any = None
     _shapes: dict[tuple[Any, ...], bool] = field(default_factory=dict)
+    shaped: bool = False  # resolved for one call shape (a per-shape op's sub-choice)
+    _by_shape: dict[tuple[Any, ...], Choice] = field(default_factory=dict)
+
+    def for_call(self, out: Any, inputs: tuple[Any, ...]) -> Choice:
+        """The Choice that serves this call: itself, or for an op dispatched per call shape
+        (spec.per_shape: convolutions) the decision resolved at the call's shape, once per
+        shape, from the benchmarks at that shape (its trace says so)."""
+        if not self.spec.per_shape or self.shaped or self.host is None or \
+                self.spec.dims is None:
+            return self
+        shape = self.spec.dims(out, *inputs)
+        key = tuple(sorted(shape.items()))
+        if key not in self._by_shape:
+            from strata.kernels.dispatch import resolve
+
+            self._by_shape[key] = Choice(resolve(self.spec.name, self.decision.device,
+                                                 self.host, shape), self.spec,
+                                         caps=self.caps, host=self.host, shaped=True)
+        return self._by_shape[key]
 
     @property
     def is_fallback(self) -> bool:
@@ -148,6 +167,9 @@ class Choice:
         else raises InputError naming the argument — no copy is made behind your back."""
         from strata.kernels.contract import check_call
 
+        target = self.for_call(out, inputs)
+        if target is not self:
+            return target(out, *inputs, **params)
         merged = self._params(params)
         impl = self.decision.impl
         check_call(self.spec, out, inputs, merged, impl.dtypes if impl else None,
@@ -163,6 +185,9 @@ class Choice:
         first call; later calls, built the same way, skip its per-call cost."""
         from strata.kernels.contract import check_call
 
+        target = self.for_call(out, inputs)
+        if target is not self:
+            return target.run_packed(out, *inputs, **params)
         merged = self._params(params)
         impl = self.decision.impl
         if not self._checked:  # the inputs' contract; the caller sized the flat `out`
@@ -183,6 +208,9 @@ class Choice:
         trip to its worker."""
         from strata.kernels.contract import check_call
 
+        target = self.for_call(out, inputs)
+        if target is not self:
+            return target.bound(out, *inputs, **params)
         merged = self._params(params)
         impl = self.decision.impl
         check_call(self.spec, out, inputs, merged, impl.dtypes if impl else None,
@@ -193,10 +221,13 @@ class Choice:
         return self._load().bind(out, list(inputs), merged)
 
     def close(self) -> None:
-        """Stop a confined kernel's worker (it also stops when the process exits)."""
+        """Stop a confined kernel's worker (it also stops when the process exits), and those
+        of the per-shape choices."""
         if self.confined and self._kernel is not None:
             self._kernel.close()
             self._kernel = None
+        for sub in self._by_shape.values():
+            sub.close()
 
 
 def _ready(impl: Any, caps: Any) -> Any:

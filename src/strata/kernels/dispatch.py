@@ -137,6 +137,7 @@ class Candidate:
     speed: float | None  # geomean speedup over eager; None: not benchmarked
     coverage: Coverage | None = None  # external kernels only
     trusted_at: str | None = None  # an external kernel the user trusted, since when
+    basis: str = ""  # what `speed` was measured over, when not every benchmarked shape
 
     @property
     def confined(self) -> bool:
@@ -187,6 +188,16 @@ def speed_of(rows: list[Any]) -> Speed:
     return Speed(mean, min(ups), max(ups), len(ups), len(rows) - len(counted))
 
 
+def speed_at(rows: list[Any], shape: Shape) -> float | None:
+    """The speedup over eager benchmarked at exactly `shape` (None: not benchmarked there,
+    or only against a noisy baseline)."""
+    for r in rows:
+        if r.shape == shape and not any(f.startswith(NOISY_BASELINE)
+                                        for f in r.data.get("flags", [])):
+            return r.data.get("speedup_eager") or None
+    return None
+
+
 def vendor_notes(caps: HostCaps, device: str) -> list[str]:
     """The probe's support verdict for `device` when the vendor stack cannot drive it."""
     profile = caps.profile
@@ -221,13 +232,14 @@ class Resolver:
             failure = stored.data.get("failure") or {}
             return f"failed verification: {failure.get('reason')}: " \
                    f"{failure.get('message', '')}", None
-        speed = speed_of(latest_bench(self.conn, self.fp, impl.op, impl.name,
-                                      impl.content_hash(), device))
+        rows = latest_bench(self.conn, self.fp, impl.op, impl.name, impl.content_hash(),
+                            device)
+        speed = speed_of(rows)
         if speed.problem:
             return speed.problem, None
         if impl.origin == "external":
             return self._external(impl, device, speed, shape)
-        return None, Candidate(impl, speed.geomean)
+        return None, _per_shape(Candidate(impl, speed.geomean), rows, shape)
 
     def _external(self, impl: Implementation, device: str, speed: Speed,
                   shape: Shape | None) -> tuple[str | None, Candidate | None]:
@@ -249,7 +261,9 @@ class Resolver:
         outside = uncovered_reason(candidate.coverage, shape) if shape else None
         if outside:
             return f"{outside}: {OUT_OF_RANGE} ({SERVE_RULE})", None
-        return None, candidate
+        rows = latest_bench(self.conn, self.fp, impl.op, impl.name, impl.content_hash(),
+                            device)
+        return None, _per_shape(candidate, rows, shape)
 
     def resolve(self, spec: KernelSpec, device: str, shape: Shape | None = None) -> Decision:
         """The decision for `spec` on `device`; with `shape`, for calls at that shape only
@@ -279,6 +293,20 @@ class Resolver:
             decision.impl, decision.coverage = best.impl, best.coverage
             decision.confined = best.confined
         _trace_accepted(decision, timed, untimed)
+
+
+def _per_shape(c: Candidate, rows: list[Any], shape: Shape | None) -> Candidate:
+    """For an op dispatched per call shape (spec.per_shape), the speed benchmarked at that
+    very shape when there is one: a 7x7 stem and a 1x1 GEMM favour different kernels, and a
+    geometric mean over both would pick one kernel for both."""
+    if shape is None or not get_spec(c.impl.op).per_shape:
+        return c
+    at = speed_at(rows, shape)
+    if at is None:
+        c.basis = " (geomean: not benchmarked at this shape)" if c.speed is not None else ""
+        return c
+    c.speed, c.basis = at, f" at {_shape_text(shape)} (benchmarked here)"
+    return c
 
 
 def _fallback_text(decision: Decision) -> str:
@@ -311,13 +339,13 @@ def _trace_accepted(decision: Decision, timed: list[Candidate],
                     untimed: list[Candidate]) -> None:
     for c in timed:
         if c.impl is decision.impl:
-            text = f"verified, fastest: {c.speed:.2f}x torch eager"
+            text = f"verified, fastest: {c.speed:.2f}x torch eager{c.basis}"
             if decision.notes:
                 text += " (covers what the vendor stack cannot)"
             decision.trace.append(TraceEntry(c.impl.name, "chosen", text + c.serving()))
         else:
             decision.trace.append(TraceEntry(c.impl.name, "rejected",
-                                             f"slower: {c.speed:.2f}x torch eager"))
+                                             f"slower: {c.speed:.2f}x torch eager{c.basis}"))
     for c in untimed:
         chosen = c.impl is decision.impl
         text = f"{NOT_BENCHMARKED} (speed unknown; run strata kernels bench)" if chosen \

@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cache, lru_cache
 from pathlib import Path
 
 from strata.errors import InputError
@@ -71,8 +71,10 @@ class Implementation:
 
     def content_hash(self) -> str:
         """Identity of what is verified: source bytes, the bytes of every shared header it
-        includes (editing one re-verifies its users), declaration and harness version."""
+        includes (editing one re-verifies its users), declaration, harness version and the
+        op's verification cases (a spec that gains a shape or a clause re-verifies)."""
         h = hashlib.sha256(HARNESS_VERSION.encode())
+        h.update(cases_digest(self.op).encode())
         h.update(f"{self.op}|{self.dialect}|{self.entry}|{self.requires.describe()}|"
                  f"{','.join(self.dtypes)}".encode())
         if self.source is not None:
@@ -98,6 +100,20 @@ class Implementation:
                    origin=str(job.get("origin", "builtin")),
                    extra={str(k): str(v) for k, v in
                           dict(job.get("extra") or {}).items()})  # type: ignore[call-overload]
+
+
+@cache
+def cases_digest(op: str) -> str:
+    """What verification feeds `op`: its verify shapes, its clauses' cases and tolerances
+    ("" for an op this strata does not know)."""
+    from strata.kernels.spec import all_specs
+
+    spec = all_specs().get(op)
+    if spec is None:
+        return ""
+    cases = (spec.shapes.get("verify"), [(c.name, c.shape, c.seeds) for c in spec.clauses],
+             sorted((k, (t.atol, t.rtol)) for k, t in spec.tolerances.items()))
+    return hashlib.sha256(repr(cases).encode()).hexdigest()[:16]
 
 
 def shared_header_names() -> frozenset[str]:

@@ -92,6 +92,10 @@ class KernelSpec:
     # float32, added to atol/rtol (gelu_mul: the fp16 step of a subnormal GELU times b);
     # None: atol/rtol say it all
     slack: Callable[..., Any] | None = None
+    # dispatch per call shape (convolutions: a 1x1 layer is a GEMM, a 7x7 stride-2 stem or a
+    # depthwise layer is not, and different kernels win them): `strata.kernels` resolves each
+    # new call shape from the benchmarks at that shape; other ops take one kernel for all
+    per_shape: bool = False
 
     def params_for(self, shape: Shape) -> dict[str, Any]:
         """Params for one shape (attention's scale depends on the head dim)."""
@@ -158,6 +162,25 @@ def dims_of(**where: tuple[int, int]) -> Callable[..., Shape]:
 
 def shape_label(shape: Shape) -> str:
     return " ".join(f"{k}={v}" for k, v in shape.items())
+
+
+def parse_shape(spec: KernelSpec, text: str) -> Shape:
+    """A shape written as its label ("N=1 H=56 ..." or comma-separated), with exactly the op's
+    dims, each a non-negative integer; InputError otherwise."""
+    from strata.errors import InputError
+
+    want = list(spec.shapes["verify"][0])
+    example = shape_label(spec.shapes["verify"][-1])
+    shape: Shape = {}
+    for part in text.replace(",", " ").split():
+        key, eq, value = part.partition("=")
+        if not eq or not value.strip().isdigit():
+            raise InputError(f"--shape {text}: write each dim as NAME=INTEGER, e.g. {example}")
+        shape[key.strip()] = int(value)
+    if sorted(shape) != sorted(want):
+        raise InputError(f"--shape {text}: {spec.name} takes the dims {' '.join(want)} "
+                         f"(e.g. {example})")
+    return {k: shape[k] for k in want}
 
 
 # -- input generation helpers shared by the op modules --------------------------------------

@@ -92,7 +92,9 @@ VERIFY = [_shape(1, 1, 1, 1, 1, 1, 1, 1, 0), _shape(1, 5, 7, 3, 5, 3, 1, 1, 1),
           _shape(2, 9, 6, 4, 6, 3, 1, 2, 1), _shape(1, 11, 9, 3, 8, 7, 1, 2, 3),
           _shape(1, 8, 8, 5, 7, 1, 1, 1, 0), _shape(1, 7, 6, 6, 9, 1, 1, 2, 0),
           _shape(1, 12, 8, 3, 5, 4, 1, 4, 0), _shape(1, 9, 10, 6, 6, 7, 6, 1, 3),
-          _shape(1, 7, 7, 4, 6, 3, 2, 1, 1), _shape(1, 6, 9, 70, 67, 3, 1, 1, 1)]
+          _shape(1, 7, 7, 4, 6, 3, 2, 1, 1), _shape(1, 6, 9, 70, 67, 3, 1, 1, 1),
+          # depthwise rows wide enough for whole runs of interior pixels, stride 1 and 2
+          _shape(1, 4, 21, 19, 19, 3, 19, 1, 1), _shape(1, 5, 37, 5, 5, 3, 5, 2, 1)]
 
 
 def shape_sets() -> dict[str, list[Shape]]:

@@ -100,6 +100,7 @@ SPEC = register(KernelSpec(
     sizes=lambda o, x, w, b, g: (x.shape[0], x.shape[1], x.shape[2], w.shape[0], w.shape[2],
                                  x.shape[1] // max(1, w.shape[1]), o.shape[2]),
     dims=_dims,
+    per_shape=True,
     clauses=CLAUSES,
     shapes={
         "verify": [_shape(1, 1, 1, 1, 1, 1, 1, 0, 1), _shape(1, 3, 10, 5, 3, 1, 1, 1, 1),

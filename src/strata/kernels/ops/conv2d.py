@@ -48,6 +48,7 @@ SPEC = register(KernelSpec(
                                  w.shape[2], x.shape[1] // max(1, w.shape[1]), o.shape[2],
                                  o.shape[3]),
     dims=_dims,
+    per_shape=True,
     clauses=_conv2d.clauses(w_axis=1),
     # + KernelBench's level-1 conv2d problems (ops/_kernelbench.py names each)
     shapes={**_conv2d.shape_sets(), "kernelbench": _kernelbench.unique(_kernelbench.CONV2D)},

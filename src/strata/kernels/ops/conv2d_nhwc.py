@@ -54,6 +54,7 @@ SPEC = register(KernelSpec(
                                  w.shape[1], x.shape[3] // max(1, w.shape[3]), o.shape[1],
                                  o.shape[2]),
     dims=_dims,
+    per_shape=True,
     clauses=CLAUSES,
     shapes=_conv2d.shape_sets(),
 ))
