@@ -4,15 +4,18 @@
 Grid (N·cdiv(Lo, BT), cdiv(CO, BO)): each program owns BT output positions of one image x BO
 output channels and walks its group's C/G input channels, BC at a time, and the K taps (a
 [BT, BC, BO] product summed over BC); taps outside [0, L) load as zeros, ragged tails
-masked. S, P, D are read from geom on the host. float32 arithmetic.
+masked. S, P, D are read from geom inside the kernel. float32 arithmetic.
 """
 import triton
 import triton.language as tl
 
 
 @triton.jit
-def _conv_kernel(out_ptr, x_ptr, w_ptr, b_ptr, C, L, CO, Lo, blocks, S, P, D, cg, og,
+def _conv_kernel(out_ptr, x_ptr, w_ptr, b_ptr, C, L, CO, Lo, blocks, geom_ptr, cg, og,
                  K: tl.constexpr, BT: tl.constexpr, BO: tl.constexpr, BC: tl.constexpr):
+    S = tl.load(geom_ptr)  # stride, padding and dilation, read on the device
+    P = tl.load(geom_ptr + 1)
+    D = tl.load(geom_ptr + 2)
     n = (tl.program_id(0) // blocks).to(tl.int64)
     t = (tl.program_id(0) % blocks) * BT + tl.arange(0, BT)
     o = tl.program_id(1) * BO + tl.arange(0, BO)
@@ -43,10 +46,9 @@ def launch(out, x, w, b, geom):
     Lo = out.shape[2]
     if N * Lo == 0 or CO == 0:
         return
-    S, P, D = (int(v) for v in geom.tolist())
     BT, BO = 32, min(64, triton.next_power_of_2(CO))
     BC = min(16, triton.next_power_of_2(cg))
     blocks = triton.cdiv(Lo, BT)
     _conv_kernel[(N * blocks, triton.cdiv(CO, BO))](
-        out, x, w, b, C, L, CO, Lo, blocks, S, P, D, cg, CO // (C // cg), K=K, BT=BT, BO=BO,
+        out, x, w, b, C, L, CO, Lo, blocks, geom, cg, CO // (C // cg), K=K, BT=BT, BO=BO,
         BC=BC, num_warps=4)

@@ -4,16 +4,17 @@
 Grid (cdiv(N·Ho·Wo, BP), cdiv(CO, BO)): each program owns BP output pixels x BO output
 channels in registers and walks its group's C/G input channels, BC at a time, and the K x K
 taps (a [BP, BC, BO] product summed over BC); taps outside the image load as zeros (the
-padding), ragged tails masked. S and P are read from geom on the host (one small copy per
-launch). float32 arithmetic.
+padding), ragged tails masked. S and P are read from geom inside the kernel. float32 arithmetic.
 """
 import triton
 import triton.language as tl
 
 
 @triton.jit
-def _conv_kernel(out_ptr, x_ptr, w_ptr, b_ptr, H, W, C, CO, Ho, Wo, pixels, S, P, cg, og,
-                 K: tl.constexpr, BP: tl.constexpr, BO: tl.constexpr, BC: tl.constexpr):
+def _conv_kernel(out_ptr, x_ptr, w_ptr, b_ptr, H, W, C, CO, Ho, Wo, pixels, geom_ptr, cg,
+                 og, K: tl.constexpr, BP: tl.constexpr, BO: tl.constexpr, BC: tl.constexpr):
+    S = tl.load(geom_ptr)  # stride and padding, read on the device
+    P = tl.load(geom_ptr + 1)
     p = tl.program_id(0) * BP + tl.arange(0, BP)
     o = tl.program_id(1) * BO + tl.arange(0, BO)
     p_ok, o_ok = p < pixels, o < CO
@@ -51,9 +52,8 @@ def launch(out, x, w, b, geom):
     pixels = N * Ho * Wo
     if pixels == 0 or CO == 0:
         return
-    S, P = (int(v) for v in geom.tolist())
     BP, BO = 32, min(64, triton.next_power_of_2(CO))
     BC = min(16, triton.next_power_of_2(cg))
     _conv_kernel[(triton.cdiv(pixels, BP), triton.cdiv(CO, BO))](
-        out, x, w, b, H, W, C, CO, Ho, Wo, pixels, S, P, cg, CO // (C // cg), K=K, BP=BP,
+        out, x, w, b, H, W, C, CO, Ho, Wo, pixels, geom, cg, CO // (C // cg), K=K, BP=BP,
         BO=BO, BC=BC, num_warps=4)
