@@ -29,10 +29,11 @@ static inline __mmask16 lanes(int64_t left) {
     return left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1);
 }
 
-/* V[xi][t][c] = (B^T d B)[xi] of tile t, channels c..c+15. */
-static void input_transform(float *V, const float *x, const wino_t *g, int64_t T) {
-#pragma omp parallel for schedule(static) if (T * g->C > 4096)
-    for (int64_t t = 0; t < T; t++) {
+/* V[xi][t - t0][c] = (B^T d B)[xi] of tile t, for the tc tiles from t0. */
+static void input_transform(float *V, const float *x, const wino_t *g, int64_t t0,
+                            int64_t tc) {
+#pragma omp for schedule(static)
+    for (int64_t t = t0; t < t0 + tc; t++) {
         const int64_t n = t / (g->th * g->tw), ty = (t / g->tw) % g->th, tx = t % g->tw;
         const int64_t r0 = 2 * ty - g->P, q0 = 2 * tx - g->P;
         for (int64_t c = 0; c < g->C; c += 16) {
@@ -58,45 +59,54 @@ static void input_transform(float *V, const float *x, const wino_t *g, int64_t T
                                      _mm512_sub_ps(e[u][2], e[u][1]),
                                      _mm512_sub_ps(e[u][1], e[u][3])};
                 for (int v = 0; v < 4; v++)
-                    _mm512_mask_storeu_ps(V + ((int64_t)(u * 4 + v) * T + t) * g->C + c, m,
-                                          f[v]);
+                    _mm512_mask_storeu_ps(V + ((int64_t)(u * 4 + v) * tc + t - t0) * g->C + c,
+                                          m, f[v]);
             }
         }
     }
 }
 
-/* U[xi][o][c] = (G g G^T)[xi] of filter (o, c); w is OHWI [O,3,3,C]. */
+/* U[xi][o][c] = (G g G^T)[xi] of filter (o, c); w is OHWI [O,3,3,C]: 16 channels per
+ * vector, so each of the 16 planes is written a cache line at a time. */
 static void weight_transform(float *U, const float *w, int64_t O, int64_t C) {
-#pragma omp parallel for schedule(static) if (O * C > 4096)
+    const __m512 half = _mm512_set1_ps(0.5f);
+#pragma omp for schedule(static)
     for (int64_t o = 0; o < O; o++)
-        for (int64_t c = 0; c < C; c++) {
-            float g[3][3], e[4][3];
-            for (int k = 0; k < 9; k++) g[k / 3][k % 3] = w[(o * 9 + k) * C + c];
+        for (int64_t c = 0; c < C; c += 16) {
+            const __mmask16 m = lanes(C - c);
+            __m512 g[3][3], e[4][3];
+            for (int k = 0; k < 9; k++)
+                g[k / 3][k % 3] = _mm512_maskz_loadu_ps(m, w + (o * 9 + k) * C + c);
             for (int v = 0; v < 3; v++) {  /* G g: rows */
+                const __m512 outer = _mm512_add_ps(g[0][v], g[2][v]);
                 e[0][v] = g[0][v];
-                e[1][v] = 0.5f * (g[0][v] + g[1][v] + g[2][v]);
-                e[2][v] = 0.5f * (g[0][v] - g[1][v] + g[2][v]);
+                e[1][v] = _mm512_mul_ps(half, _mm512_add_ps(outer, g[1][v]));
+                e[2][v] = _mm512_mul_ps(half, _mm512_sub_ps(outer, g[1][v]));
                 e[3][v] = g[2][v];
             }
             for (int u = 0; u < 4; u++) {  /* (G g) G^T: columns */
-                const float f[4] = {e[u][0], 0.5f * (e[u][0] + e[u][1] + e[u][2]),
-                                    0.5f * (e[u][0] - e[u][1] + e[u][2]), e[u][2]};
-                for (int v = 0; v < 4; v++) U[((int64_t)(u * 4 + v) * O + o) * C + c] = f[v];
+                const __m512 outer = _mm512_add_ps(e[u][0], e[u][2]);
+                const __m512 f[4] = {e[u][0], _mm512_mul_ps(half, _mm512_add_ps(outer, e[u][1])),
+                                     _mm512_mul_ps(half, _mm512_sub_ps(outer, e[u][1])),
+                                     e[u][2]};
+                for (int v = 0; v < 4; v++)
+                    _mm512_mask_storeu_ps(U + ((int64_t)(u * 4 + v) * O + o) * C + c, m, f[v]);
             }
         }
 }
 
 /* out[n, 2ty+dy, 2tx+dx, o] = (A^T m A)[dy][dx] + b[o], within the output. */
 static void output_transform(float *out, const float *M, const float *b, const wino_t *g,
-                             int64_t T) {
-#pragma omp parallel for schedule(static) if (T * g->O > 4096)
-    for (int64_t t = 0; t < T; t++) {
+                             int64_t t0, int64_t tc) {
+#pragma omp for schedule(static)
+    for (int64_t t = t0; t < t0 + tc; t++) {
         const int64_t n = t / (g->th * g->tw), ty = (t / g->tw) % g->th, tx = t % g->tw;
         for (int64_t o = 0; o < g->O; o += 16) {
             const __mmask16 m = lanes(g->O - o);
             __m512 mm[4][4], e[2][4];
             for (int k = 0; k < 16; k++)
-                mm[k / 4][k % 4] = _mm512_maskz_loadu_ps(m, M + ((int64_t)k * T + t) * g->O + o);
+                mm[k / 4][k % 4] = _mm512_maskz_loadu_ps(m, M + ((int64_t)k * tc + t - t0) * g->O
+                                                         + o);
             for (int v = 0; v < 4; v++) {  /* A^T m: rows */
                 e[0][v] = _mm512_add_ps(_mm512_add_ps(mm[0][v], mm[1][v]), mm[2][v]);
                 e[1][v] = _mm512_sub_ps(_mm512_sub_ps(mm[1][v], mm[2][v]), mm[3][v]);
@@ -121,21 +131,40 @@ static void output_transform(float *out, const float *M, const float *b, const w
     }
 }
 
+/* Tiles per pass: V and M of one pass (16 planes each) take ~2 MiB (the two cores' L2), the same
+ * two buffers serve every pass (a call's scratch is touched once, whatever the image). */
+static int64_t tiles_per_pass(const wino_t *g, int64_t T) {
+    int64_t tc = (1 << 21) / (16 * (g->C + g->O) * (int64_t)sizeof(float));
+    tc = tc < 48 ? 48 : tc;
+    return tc < T ? tc : T;
+}
+
 static int winograd(float *out, const float *x, const float *w, const float *b,
                     const wino_t *g) {
-    const int64_t T = g->N * g->th * g->tw;
-    float *V = malloc((size_t)(16 * T * g->C) * sizeof(float));
+    const int64_t T = g->N * g->th * g->tw, TC = tiles_per_pass(g, T);
+    float *V = malloc((size_t)(16 * TC * g->C) * sizeof(float));
     float *U = malloc((size_t)(16 * g->O * g->C) * sizeof(float));
-    float *M = malloc((size_t)(16 * T * g->O) * sizeof(float));
+    float *M = malloc((size_t)(16 * TC * g->O) * sizeof(float));
     float *zero = calloc((size_t)g->O, sizeof(float));
     const int ok = V && U && M && zero;
     if (ok) {
-        input_transform(V, x, g, T);
-        weight_transform(U, w, g->O, g->C);
-        for (int64_t xi = 0; xi < 16; xi++)  /* M[xi] = V[xi] U[xi]^T: a 1x1 convolution */
-            conv2d_nhwc_run(M + xi * T * g->O, V + xi * T * g->C, U + xi * g->O * g->C, zero,
-                            1, 0, 1, 1, T, g->C, g->O, 1, 1, 1, T);
-        output_transform(out, M, b, g, T);
+        /* one parallel region: the transforms split their loops, the 16 products of a pass
+         * go one per thread at a time (the engine's own regions nest inactive, each runs on
+         * its thread), so no team is started and stopped 19 times per pass */
+#pragma omp parallel
+        {
+            weight_transform(U, w, g->O, g->C);
+            for (int64_t t0 = 0; t0 < T; t0 += TC) {
+                const int64_t tc = T - t0 < TC ? T - t0 : TC;
+                input_transform(V, x, g, t0, tc);
+#pragma omp for schedule(dynamic, 1)
+                for (int64_t xi = 0; xi < 16; xi++)  /* M[xi] = V[xi] U[xi]^T: a 1x1 conv */
+                    conv2d_nhwc_run(M + xi * tc * g->O, V + xi * tc * g->C,
+                                    U + xi * g->O * g->C, zero, 1, 0, 1, 1, tc, g->C, g->O, 1,
+                                    1, 1, tc);
+                output_transform(out, M, b, g, t0, tc);
+            }
+        }
     }
     free(V);
     free(U);

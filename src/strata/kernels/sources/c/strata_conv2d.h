@@ -21,6 +21,7 @@
 #define STRATA_CONV2D_H
 
 #include <immintrin.h>
+#include <omp.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -111,65 +112,73 @@ static void tile(const geom_t *g, const float *wp, const float *bias, float *out
     }
 }
 
-/* wp[blk][(kh*K + kw)*cg + c][64] = w[o0 + blk*64 + v, kh, kw, c], zero past og; the
- * blocks in parallel (a 3x3 512 -> 512 layer's weights are 9 MiB). */
-static void pack(float *wp, const float *w, int64_t o0, int64_t og, int64_t depth) {
-    const int64_t blocks = (og + NB - 1) / NB;
-#pragma omp parallel for schedule(static) if (blocks > 1 && og * depth > 65536)
-    for (int64_t blk = 0; blk < blocks; blk++) {
-        /* depth outer, channels inner: the 64 source rows advance together, each cache line
-         * of them read once while it sits in L1, and the destination is written in order */
-        const int64_t live = og - blk * NB < NB ? og - blk * NB : NB;
-        const float *src0 = w + (o0 + blk * NB) * depth;
-        float *dst = wp + blk * depth * NB;
-        /* 16 depths at a time: one cache line of each source row, written into a 4 KiB
-         * run of the destination (the whole block is MiBs; row-by-row copies miss the TLB) */
-        int64_t d0 = 0;
-        for (; d0 + 16 <= depth && live == NB; d0 += 16, dst += 16 * NB)
-            for (int64_t v = 0; v < NB; v++) {
-                float line[16];
-                _mm512_storeu_ps(line, _mm512_loadu_ps(src0 + v * depth + d0));
-                for (int k = 0; k < 16; k++) dst[k * NB + v] = line[k];
-            }
-        for (int64_t d = d0; d < depth; d++, dst += NB) {
-            int64_t v = 0;
-            for (; v < live; v++) dst[v] = src0[v * depth + d];
-            for (; v < NB; v++) dst[v] = 0.0f;
+/* dst[(kh*K + kw)*cg + c][64] = w[o0 + blk*64 + v, kh, kw, c] for block blk of a group's
+ * og output channels, zero past og. */
+static void pack_block(float *dst, const float *w, int64_t o0, int64_t og, int64_t depth,
+                       int64_t blk) {
+    /* depth outer, channels inner: the 64 source rows advance together, each cache line of
+     * them read once while it sits in L1, and the destination is written in order */
+    const int64_t live = og - blk * NB < NB ? og - blk * NB : NB;
+    const float *src0 = w + (o0 + blk * NB) * depth;
+    /* 16 depths at a time: one cache line of each source row, written into a 4 KiB run of
+     * the destination (a block is up to MiBs; row-by-row copies miss the TLB) */
+    int64_t d0 = 0;
+    for (; d0 + 16 <= depth && live == NB; d0 += 16, dst += 16 * NB)
+        for (int64_t v = 0; v < NB; v++) {
+            float line[16];
+            _mm512_storeu_ps(line, _mm512_loadu_ps(src0 + v * depth + d0));
+            for (int k = 0; k < 16; k++) dst[k * NB + v] = line[k];
         }
+    for (int64_t d = d0; d < depth; d++, dst += NB) {
+        int64_t v = 0;
+        for (; v < live; v++) dst[v] = src0[v * depth + d];
+        for (; v < NB; v++) dst[v] = 0.0f;
     }
 }
 
+/* Work items are (64-channel block, run of tiles), handed out in order, so a thread's items
+ * share a block: each thread packs the block it works on into its own buffer (a 3x3 512-
+ * channel layer's 9 MiB of weights are never packed at once; scratch is threads x one
+ * block). */
 static int grouped(float *out, const float *x, const float *w, const float *b,
                    geom_t *g, int64_t N, int64_t O, int64_t G) {
     const int64_t og = O / G, depth = g->K * g->K * g->cg, blocks = (og + NB - 1) / NB;
     const int64_t pixels = N * g->Ho * g->Wo, tiles = (pixels + MR - 1) / MR;
-    const int64_t runs = (tiles + RUN - 1) / RUN;
+    const int64_t runs = (tiles + RUN - 1) / RUN, threads = omp_get_max_threads();
     const int64_t row_bytes = g->K * g->cg * NB * (int64_t)sizeof(float);
     const int64_t rows = row_bytes * g->K <= L2_CHUNK ? g->K
         : L2_CHUNK / row_bytes > 1 ? L2_CHUNK / row_bytes : 1;
-    float *wp = aligned_alloc(64, (size_t)(blocks * depth * NB) * sizeof(float));
+    float *wp = aligned_alloc(64, (size_t)(threads * depth * NB) * sizeof(float));
     const size_t zn = (size_t)((g->K * g->C + 15) / 16 * 16);
     float *zero = aligned_alloc(64, zn * sizeof(float));
     if (!wp || !zero) { free(wp); free(zero); return 0; }
     memset(zero, 0, zn * sizeof(float));
     g->zero = zero;
     for (int64_t gi = 0; gi < G; gi++) {
-        pack(wp, w, gi * og, og, depth);
         const int64_t items = blocks * runs;
-#pragma omp parallel for schedule(static) if (items > 1 && pixels * og * depth > 65536)
-        for (int64_t it = 0; it < items; it++) {
-            const int64_t blk = it / runs, run = it % runs;
-            const int64_t width = og - blk * NB < NB ? og - blk * NB : NB;
-            const int64_t t1 = (run + 1) * RUN < tiles ? (run + 1) * RUN : tiles;
-            /* kernel rows in chunks whose packed weights fit in L2 (1.2 MiB per block at
-             * 3x3x512 would stream from L3 once per tile) */
-            for (int64_t kh0 = 0; kh0 < g->K; kh0 += rows)
-                for (int64_t t = run * RUN; t < t1; t++) {
-                    const int64_t p0 = t * MR, np = pixels - p0 < MR ? pixels - p0 : MR;
-                    const int64_t kh1 = kh0 + rows < g->K ? kh0 + rows : g->K;
-                    tile(g, wp + blk * depth * NB, b + gi * og, out + gi * og, O, p0, np,
-                         gi * g->cg, blk * NB, width, kh0, kh1);
+#pragma omp parallel num_threads((int)threads) if (items > 1 && pixels * og * depth > 65536)
+        {
+            float *mine = wp + (int64_t)omp_get_thread_num() * depth * NB;
+            int64_t held = -1;
+#pragma omp for schedule(static)
+            for (int64_t it = 0; it < items; it++) {
+                const int64_t blk = it / runs, run = it % runs;
+                const int64_t width = og - blk * NB < NB ? og - blk * NB : NB;
+                const int64_t t1 = (run + 1) * RUN < tiles ? (run + 1) * RUN : tiles;
+                if (blk != held) {
+                    pack_block(mine, w, gi * og, og, depth, blk);
+                    held = blk;
                 }
+                /* kernel rows in chunks whose packed weights fit in L2 (1.2 MiB per block
+                 * at 3x3x512 would stream from L3 once per tile) */
+                for (int64_t kh0 = 0; kh0 < g->K; kh0 += rows)
+                    for (int64_t t = run * RUN; t < t1; t++) {
+                        const int64_t p0 = t * MR, np = pixels - p0 < MR ? pixels - p0 : MR;
+                        const int64_t kh1 = kh0 + rows < g->K ? kh0 + rows : g->K;
+                        tile(g, mine, b + gi * og, out + gi * og, O, p0, np, gi * g->cg,
+                             blk * NB, width, kh0, kh1);
+                    }
+            }
         }
     }
     (void)x;
