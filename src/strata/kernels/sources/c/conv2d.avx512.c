@@ -2,9 +2,9 @@
 /* conv2d (NCHW) through the lab's direct NHWC engine (strata_conv2d.h): x is transposed to
  * channels-last, the OIHW weights to OHWI, the engine runs, and its NHWC result is
  * transposed back into out. The transposes are three extra passes over memory (x, w, out),
- * cheap next to a 3x3 layer's arithmetic and dear for a small 1x1 one: where they lose,
- * c.im2col (one GEMM on the planes as they lie) is the other way, and the benchmark says
- * which is faster at which shape. oneDNN reorders NCHW into blocked layouts the same way.
+ * cheap next to a 3x3 layer's arithmetic and dear for a small 1x1 one, so a 1x1 stride-1
+ * layer skips them: out[n] = w[O,C] @ x[n][C,HW] is a GEMM on the tensors as they lie, which
+ * the engine runs with w's rows as its pixels and x's rows as its packed depth.
  *
  * Scratch is allocated and freed inside the call; there is no global state. */
 #include <stdint.h>
@@ -31,6 +31,21 @@ void strata_conv2d(float *out, const float *x, const float *w, const float *b,
                    int64_t K, int64_t G, int64_t Ho, int64_t Wo) {
     if (N <= 0 || O <= 0 || Ho <= 0 || Wo <= 0) return;
     const int64_t cg = C / G, KK = K * K;
+    if (K == 1 && geom[0] == 1 && geom[1] == 0 && G == 1) {
+        /* a 1x1 layer is out[n] = w[O,C] @ x[n][C,HW] as the tensors lie: no transposes */
+        int ok = 1;
+        for (int64_t n = 0; n < N && ok; n++)
+            ok = gemm_nn_run(out + n * O * H * W, w, x + n * C * H * W, O, H * W, C);
+        if (ok) {
+#pragma omp parallel for schedule(static) if (N * O * H * W > 65536)
+            for (int64_t r = 0; r < N * O; r++) {
+                float *row = out + r * H * W;
+                const float bias = b[r % O];
+                for (int64_t p = 0; p < H * W; p++) row[p] += bias;
+            }
+            return;
+        }
+    }
     float *xt = malloc((size_t)(N * H * W * C) * sizeof(float));
     float *wt = malloc((size_t)(O * KK * cg) * sizeof(float));
     float *ot = malloc((size_t)(N * Ho * Wo * O) * sizeof(float));

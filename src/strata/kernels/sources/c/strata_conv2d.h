@@ -34,6 +34,7 @@
 typedef struct {
     const float *x, *zero;
     int64_t H, W, C, S, P, Ho, Wo, K, cg;
+    int64_t ldk;  /* 0: w is [O][depth] (OHWI); else w is depth-major, w[d*ldk + o] */
 } geom_t;
 
 /* acc[t] += x rows of the 6 pixels (depth floats each, from xr[t]) @ the packed weights. */
@@ -115,7 +116,15 @@ static void tile(const geom_t *g, const float *wp, const float *bias, float *out
 /* dst[(kh*K + kw)*cg + c][64] = w[o0 + blk*64 + v, kh, kw, c] for block blk of a group's
  * og output channels, zero past og. */
 static void pack_block(float *dst, const float *w, int64_t o0, int64_t og, int64_t depth,
-                       int64_t blk) {
+                       int64_t blk, int64_t ldk) {
+    if (ldk) {  /* depth-major: each depth's 64 channels are already one contiguous run */
+        const int64_t live = og - blk * NB < NB ? og - blk * NB : NB;
+        for (int64_t d = 0; d < depth; d++, dst += NB) {
+            memcpy(dst, w + d * ldk + o0 + blk * NB, (size_t)live * sizeof(float));
+            memset(dst + live, 0, (size_t)(NB - live) * sizeof(float));
+        }
+        return;
+    }
     /* depth outer, channels inner: the 64 source rows advance together, each cache line of
      * them read once while it sits in L1, and the destination is written in order */
     const int64_t live = og - blk * NB < NB ? og - blk * NB : NB;
@@ -166,7 +175,7 @@ static int grouped(float *out, const float *x, const float *w, const float *b,
                 const int64_t width = og - blk * NB < NB ? og - blk * NB : NB;
                 const int64_t t1 = (run + 1) * RUN < tiles ? (run + 1) * RUN : tiles;
                 if (blk != held) {
-                    pack_block(mine, w, gi * og, og, depth, blk);
+                    pack_block(mine, w, gi * og, og, depth, blk, g->ldk);
                     held = blk;
                 }
                 /* kernel rows in chunks whose packed weights fit in L2 (1.2 MiB per block
@@ -266,7 +275,7 @@ static void conv2d_nhwc_run(float *out, const float *x, const float *w, const fl
                             int64_t S, int64_t P, int64_t N, int64_t H, int64_t W, int64_t C,
                             int64_t O, int64_t K, int64_t G, int64_t Ho, int64_t Wo) {
     if (N <= 0 || Ho <= 0 || Wo <= 0 || O <= 0) return;
-    geom_t g = {x, NULL, H, W, C, S, P, Ho, Wo, K, C / G};
+    geom_t g = {x, NULL, H, W, C, S, P, Ho, Wo, K, C / G, 0};
     if (g.cg == 1 && O == C && depthwise(out, x, w, b, &g, N)) return;
     if (grouped(out, x, w, b, &g, N, O, G)) return;
     /* out of memory for scratch: the plain loop */
@@ -286,6 +295,18 @@ static void conv2d_nhwc_run(float *out, const float *x, const float *w, const fl
                 }
             out[p * O + o] = acc;
         }
+}
+
+/* out[M,N] = a[M,K] @ b[K,N], all row-major: the engine as a GEMM (a's rows are the
+ * "pixels", b's K rows the packed depth, read as they lie). No bias. */
+static int gemm_nn_run(float *out, const float *a, const float *b, int64_t M, int64_t N,
+                       int64_t K) {
+    float *zero = calloc((size_t)N, sizeof(float));
+    if (!zero) return 0;
+    geom_t g = {a, NULL, 1, M, K, 1, 0, 1, M, 1, K, N};
+    const int ok = grouped(out, a, b, zero, &g, 1, N, 1);
+    free(zero);
+    return ok;
 }
 
 #endif
