@@ -39,7 +39,7 @@ TARGETS = [
     ("conv2d_nhwc", "speedup", 0.8), ("conv2d", "speedup", 0.8),
 ]
 # the implementation each op reports unless --impl names one
-IMPL = {"conv2d_nhwc": "c.avx512", "conv2d": "c.avx512", "conv1d": "c.im2col"}
+IMPL = {"conv2d_nhwc": "c.avx512", "conv2d": "c.avx512", "conv1d": "c.avx512"}
 
 
 def geomean(values: list[float]) -> float | None:

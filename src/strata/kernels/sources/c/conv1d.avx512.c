@@ -1,0 +1,61 @@
+// strata-kernel: op=conv1d dialect=c entry=strata_conv1d requires=avx512f,fma
+/* conv1d (NCL) as im2col + the AVX-512 GEMM of the lab's conv engine (strata_conv2d.h's
+ * gemm_nn_run: a 6 x 64 register tile over depth-major packed columns); c.im2col is the same
+ * lowering on the AVX2 GEMM of matmul (strata_sgemm.h).
+ *
+ * Per image and group: cols[c*K + k][t] = x[n, g*cg + c, t*S - P + k*D] (zero outside
+ * [0, L)), then out[n, g*og:(g+1)*og] = w_g[og, cg*K] @ cols (w is [O, C/G*K] row-major: the
+ * GEMM's a as it is), then the bias. Whisper's kernel-3 convs make cols 3x the input.
+ *
+ * Scratch is allocated and freed inside the call; there is no global state. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include "strata_conv2d.h"
+
+static void im2col(float *cols, const float *x, int64_t cg, int64_t L, int64_t K, int64_t S,
+                   int64_t P, int64_t D, int64_t Lo) {
+#pragma omp parallel for schedule(static) if (cg * K * Lo > 65536)
+    for (int64_t row = 0; row < cg * K; row++) {
+        const int64_t c = row / K, k = row % K;
+        const float *src = x + c * L;
+        float *dst = cols + row * Lo;
+        for (int64_t t = 0; t < Lo; t++) {
+            const int64_t s = t * S - P + k * D;
+            dst[t] = s >= 0 && s < L ? src[s] : 0.0f;
+        }
+    }
+}
+
+void strata_conv1d(float *out, const float *x, const float *w, const float *b,
+                   const int64_t *geom, int64_t N, int64_t C, int64_t L, int64_t O, int64_t K,
+                   int64_t G, int64_t Lo) {
+    const int64_t S = geom[0], P = geom[1], D = geom[2], cg = C / G, og = O / G;
+    if (N <= 0 || O <= 0 || Lo <= 0) return;
+    float *cols = malloc((size_t)(cg * K * Lo) * sizeof(float));
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t g = 0; g < G; g++) {
+            const float *xg = x + (n * C + g * cg) * L;
+            float *o = out + (n * O + g * og) * Lo;
+            if (cols) {
+                im2col(cols, xg, cg, L, K, S, P, D, Lo);
+                if (gemm_nn_run(o, w + g * og * cg * K, cols, og, Lo, cg * K)) {
+                    for (int64_t r = 0; r < og; r++)
+                        for (int64_t t = 0; t < Lo; t++) o[r * Lo + t] += b[g * og + r];
+                    continue;
+                }
+            }
+            for (int64_t r = 0; r < og; r++)  /* out of memory for cols: the plain loop */
+                for (int64_t t = 0; t < Lo; t++) {
+                    float acc = b[g * og + r];
+                    for (int64_t c = 0; c < cg; c++)
+                        for (int64_t k = 0; k < K; k++) {
+                            const int64_t s = t * S - P + k * D;
+                            if (s >= 0 && s < L)
+                                acc += w[((g * og + r) * cg + c) * K + k] * xg[c * L + s];
+                        }
+                    o[r * Lo + t] = acc;
+                }
+        }
+    free(cols);
+}
