@@ -231,7 +231,7 @@ def kernels_explain(
     [bold]Examples[/bold]
       strata kernels explain rmsnorm
       strata kernels explain matmul --device cuda:0 -o json
-      strata kernels explain conv2d --shape "N=1 H=224 W=224 C=3 O=64 K=7 G=1 S=2 P=3"
+      strata kernels explain conv2d --shape N=1,H=7,W=7,C=8,O=8,K=3,G=1,S=1,P=1
     """
     from strata.kernels import choose
     from strata.views.kernels import render_decision
