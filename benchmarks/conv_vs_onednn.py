@@ -24,7 +24,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-IMPLS = {"conv2d_nhwc": ("c.avx512", "c.winograd"), "conv2d": ("c.avx512", "c.im2col"),
+IMPLS = {"conv2d_nhwc": ("c.avx512", "c.winograd"), "conv2d_nhwc_relu": ("c.avx512",),
+         "conv2d": ("c.avx512", "c.im2col"),
          "conv1d": ("c.avx512", "c.im2col")}
 
 

@@ -37,9 +37,12 @@ TARGETS = [
     # issue 28: conv2d at ResNet-50's 3x3 and 1x1 layers, >= 0.8x oneDNN (torch eager on
     # channels-last tensors); the NCHW op (transposed into the same engine) against torch's NCHW
     ("conv2d_nhwc", "speedup", 0.8), ("conv2d", "speedup", 0.8),
+    # the same with bias and ReLU fused (torch eager: the conv, then a ReLU pass)
+    ("conv2d_nhwc_relu", "speedup", 0.8),
 ]
 # the implementation each op reports unless --impl names one
-IMPL = {"conv2d_nhwc": "c.avx512", "conv2d": "c.avx512", "conv1d": "c.avx512"}
+IMPL = {"conv2d_nhwc": "c.avx512", "conv2d": "c.avx512", "conv1d": "c.avx512",
+        "conv2d_nhwc_relu": "c.avx512"}
 
 
 def geomean(values: list[float]) -> float | None:

@@ -579,7 +579,8 @@ def test_dims_recover_the_shape_from_the_call_tensors(op: str) -> None:
         meta = [torch.empty(t.shape, dtype=t.dtype, device="meta") for t in (out, *inputs)]
         valued = {"attention_cached": ("P",), "attention_window": ("P", "W"),
                   "attention_sinks": ("P", "W"), "conv2d_nhwc": ("S", "P"),
-                  "conv2d": ("S", "P"), "conv1d": ("S", "P", "D")}.get(op, ())
+                  "conv2d": ("S", "P"), "conv1d": ("S", "P", "D"),
+                  "conv2d_nhwc_relu": ("S", "P")}.get(op, ())
         want = {k: v for k, v in shape.items() if k not in valued}
         assert spec.dims(*meta) == want, (op, shape)  # pos's values: none on the meta device
 
@@ -769,4 +770,11 @@ VIOLATORS.update({
     ("conv1d", "stride_dilation"): lambda sp, i, p, s: _conv1d_as(*i, dilation=1),
     ("conv1d", "groups"): lambda sp, i, p, s: _conv1d_as(*i, interleave=True),
     ("conv1d", "ragged"): lambda sp, i, p, s: _nan_tail(_oracle(sp, i, p), s["L"], 8),
+})
+
+
+VIOLATORS.update({  # conv2d_nhwc's promises, through the fused ReLU
+    ("conv2d_nhwc_relu", name): lambda sp, i, p, s, n=name: torch.relu(
+        VIOLATORS[("conv2d_nhwc", n)](sp, i, p, s))
+    for name in ("padding", "stride", "groups", "ragged")
 })

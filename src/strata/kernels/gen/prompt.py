@@ -51,6 +51,7 @@ EXAMPLE_FOR = {"rmsnorm": ("softmax", "silu_mul"), "layernorm": ("softmax", "sil
                "decode_attention": ("attention", "softmax"),
                # a convolution sees another layout's convolution, then the GEMM it lowers to
                "conv2d": ("conv2d_nhwc", "matmul"), "conv2d_nhwc": ("conv2d", "matmul"),
+               "conv2d_nhwc_relu": ("conv2d_nhwc", "matmul"),
                "conv1d": ("conv2d", "conv1d_causal"), "conv1d_causal": ("conv1d", "softmax"),
                "conv1d_causal_step": ("conv1d_causal", "softmax")}
 

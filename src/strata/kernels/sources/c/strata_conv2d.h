@@ -1,6 +1,7 @@
 /* strata_conv2d.h: the lab's direct conv2d engine in NHWC with AVX-512 ("implicit GEMM":
- * the im2col matrix is never formed): `conv2d_nhwc_run`. conv2d_nhwc.avx512.c is its entry
- * point; conv2d.avx512.c (NCHW) transposes into it and back.
+ * the im2col matrix is never formed): `conv2d_nhwc_run`, and `conv2d_nhwc_act` with a fused
+ * ReLU. conv2d_nhwc.avx512.c is its entry point; conv2d.avx512.c (NCHW) transposes into it
+ * and back; conv2d_nhwc_relu.avx512.c fuses the activation.
  *
  * Per group, out[pixels, og] = patches[pixels, K*K*cg] @ w[og, K*K*cg]^T, w in OHWI. The
  * weights of each block of 64 output channels are packed once per call as [K*K*cg][64]
@@ -35,6 +36,7 @@ typedef struct {
     const float *x, *zero;
     int64_t H, W, C, S, P, Ho, Wo, K, cg;
     int64_t ldk;  /* 0: w is [O][depth] (OHWI); else w is depth-major, w[d*ldk + o] */
+    int relu;     /* 1: out = max(0, conv + b), applied as the last kernel row is stored */
 } geom_t;
 
 /* acc[t] += x rows of the 6 pixels (depth floats each, from xr[t]) @ the packed weights. */
@@ -102,10 +104,12 @@ static void tile(const geom_t *g, const float *wp, const float *bias, float *out
             depth_loop(acc, xr, wp + (kh * K + kw) * cg * NB, cg);
         }
     }
+    const int act = g->relu && kh1 == K;  /* earlier kernel-row chunks store partial sums */
     for (int64_t t = 0; t < np; t++) {
         float *o = out + (p0 + t) * O + o0;
         for (int v = 0; v < 4; v++) {
             const int64_t left = width - 16 * v;
+            if (act) acc[t][v] = _mm512_max_ps(acc[t][v], _mm512_setzero_ps());
             if (left >= 16) _mm512_storeu_ps(o + 16 * v, acc[t][v]);
             else if (left > 0)
                 _mm512_mask_storeu_ps(o + 16 * v, (__mmask16)((1u << left) - 1), acc[t][v]);
@@ -213,6 +217,7 @@ static inline void dw_pixel(float *o, const float *x, const float *wt, const flo
                                                         + c), acc);
         }
     }
+    if (g->relu) acc = _mm512_max_ps(acc, _mm512_setzero_ps());
     _mm512_mask_storeu_ps(o + c, m, acc);
 }
 
@@ -237,7 +242,10 @@ static inline void dw_run(float *o, const float *x, const float *wt, const float
                 acc[t] = _mm512_fmadd_ps(wv, _mm512_maskz_loadu_ps(m, xk + t * S * C), acc[t]);
         }
     }
-    for (int t = 0; t < DW_J; t++) _mm512_mask_storeu_ps(o + t * C + c, m, acc[t]);
+    for (int t = 0; t < DW_J; t++)
+        _mm512_mask_storeu_ps(o + t * C + c, m, g->relu ? _mm512_max_ps(acc[t],
+                                                                       _mm512_setzero_ps())
+                                                        : acc[t]);
 }
 
 /* Depthwise, one filter per channel: 16 channels per vector; taps as wt[kh*K + kw][C]. */
@@ -270,12 +278,12 @@ static int depthwise(float *out, const float *x, const float *w, const float *b,
 }
 
 /* out[N,Ho,Wo,O] = conv2d of x[N,H,W,C] with w[O,K,K,C/G] (OHWI), b[O], stride S, padding
- * P, groups G. */
-static void conv2d_nhwc_run(float *out, const float *x, const float *w, const float *b,
+ * P, groups G; with relu, max(0, .) fused into the store. */
+static void conv2d_nhwc_act(float *out, const float *x, const float *w, const float *b,
                             int64_t S, int64_t P, int64_t N, int64_t H, int64_t W, int64_t C,
-                            int64_t O, int64_t K, int64_t G, int64_t Ho, int64_t Wo) {
+                            int64_t O, int64_t K, int64_t G, int64_t Ho, int64_t Wo, int relu) {
     if (N <= 0 || Ho <= 0 || Wo <= 0 || O <= 0) return;
-    geom_t g = {x, NULL, H, W, C, S, P, Ho, Wo, K, C / G, 0};
+    geom_t g = {x, NULL, H, W, C, S, P, Ho, Wo, K, C / G, 0, relu};
     if (g.cg == 1 && O == C && depthwise(out, x, w, b, &g, N)) return;
     if (grouped(out, x, w, b, &g, N, O, G)) return;
     /* out of memory for scratch: the plain loop */
@@ -293,8 +301,14 @@ static void conv2d_nhwc_run(float *out, const float *x, const float *w, const fl
                         acc += w[((o * K + kh) * K + kw) * g.cg + c] *
                                x[((n * H + r) * W + q) * C + c0 + c];
                 }
-            out[p * O + o] = acc;
+            out[p * O + o] = relu && acc < 0.0f ? 0.0f : acc;
         }
+}
+
+static void conv2d_nhwc_run(float *out, const float *x, const float *w, const float *b,
+                            int64_t S, int64_t P, int64_t N, int64_t H, int64_t W, int64_t C,
+                            int64_t O, int64_t K, int64_t G, int64_t Ho, int64_t Wo) {
+    conv2d_nhwc_act(out, x, w, b, S, P, N, H, W, C, O, K, G, Ho, Wo, 0);
 }
 
 /* out[M,N] = a[M,K] @ b[K,N], all row-major: the engine as a GEMM (a's rows are the
@@ -303,7 +317,7 @@ static int gemm_nn_run(float *out, const float *a, const float *b, int64_t M, in
                        int64_t K) {
     float *zero = calloc((size_t)N, sizeof(float));
     if (!zero) return 0;
-    geom_t g = {a, NULL, 1, M, K, 1, 0, 1, M, 1, K, N};
+    geom_t g = {a, NULL, 1, M, K, 1, 0, 1, M, 1, K, N, 0};
     const int ok = grouped(out, a, b, zero, &g, 1, N, 1);
     free(zero);
     return ok;
