@@ -9,21 +9,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include "strata_im2col.h"
 #include "strata_sgemm.h"
-
-static void im2col(float *cols, const float *x, int64_t cg, int64_t L, int64_t K, int64_t S,
-                   int64_t P, int64_t D, int64_t Lo) {
-#pragma omp parallel for schedule(static) if (cg * K * Lo > 65536)
-    for (int64_t row = 0; row < cg * K; row++) {
-        const int64_t c = row / K, k = row % K;
-        const float *src = x + c * L;
-        float *dst = cols + row * Lo;
-        for (int64_t t = 0; t < Lo; t++) {
-            const int64_t s = t * S - P + k * D;
-            dst[t] = s >= 0 && s < L ? src[s] : 0.0f;
-        }
-    }
-}
 
 void strata_conv1d(float *out, const float *x, const float *w, const float *b,
                    const int64_t *geom, int64_t N, int64_t C, int64_t L, int64_t O, int64_t K,
@@ -36,7 +23,7 @@ void strata_conv1d(float *out, const float *x, const float *w, const float *b,
             const float *xg = x + (n * C + g * cg) * L;
             float *o = out + (n * O + g * og) * Lo;
             if (cols) {
-                im2col(cols, xg, cg, L, K, S, P, D, Lo);
+                conv1d_im2col(cols, xg, cg, L, K, S, P, D, Lo);
                 strata_sgemm(o, w + g * og * cg * K, cols, og, Lo, cg * K);
                 for (int64_t r = 0; r < og; r++)
                     for (int64_t t = 0; t < Lo; t++) o[r * Lo + t] += b[g * og + r];
