@@ -11,7 +11,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include "strata_im2col.h"
+#include "strata_conv.h"
 #include "strata_conv2d.h"
 
 void strata_conv1d(float *out, const float *x, const float *w, const float *b,
@@ -32,17 +32,8 @@ void strata_conv1d(float *out, const float *x, const float *w, const float *b,
                     continue;
                 }
             }
-            for (int64_t r = 0; r < og; r++)  /* out of memory for cols: the plain loop */
-                for (int64_t t = 0; t < Lo; t++) {
-                    float acc = b[g * og + r];
-                    for (int64_t c = 0; c < cg; c++)
-                        for (int64_t k = 0; k < K; k++) {
-                            const int64_t s = t * S - P + k * D;
-                            if (s >= 0 && s < L)
-                                acc += w[((g * og + r) * cg + c) * K + k] * xg[c * L + s];
-                        }
-                    o[r * Lo + t] = acc;
-                }
+            /* out of memory for scratch: the plain loop */
+            conv1d_plain(o, xg, w + g * og * cg * K, b + g * og, cg, og, L, K, S, P, D, Lo);
         }
     free(cols);
 }

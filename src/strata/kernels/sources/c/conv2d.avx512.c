@@ -9,6 +9,7 @@
  * Scratch is allocated and freed inside the call; there is no global state. */
 #include <stdint.h>
 #include <stdlib.h>
+#include "strata_conv.h"
 #include "strata_conv2d.h"
 
 /* dst[a][b] = src[b][a] for an R x S matrix per batch item, in 16 x 16 tiles. */
@@ -55,22 +56,7 @@ void strata_conv2d(float *out, const float *x, const float *w, const float *b,
         conv2d_nhwc_run(ot, xt, wt, b, geom[0], geom[1], N, H, W, C, O, K, G, Ho, Wo);
         transpose(out, ot, N, Ho * Wo, O);  /* [HoWo][O] -> [O][HoWo] per image */
     } else {  /* out of memory for scratch: the plain loop */
-        const int64_t S = geom[0], P = geom[1], og = O / G;
-        for (int64_t n = 0; n < N; n++)
-            for (int64_t o = 0; o < O; o++)
-                for (int64_t p = 0; p < Ho * Wo; p++) {
-                    const int64_t i = p / Wo, j = p % Wo, c0 = (o / og) * cg;
-                    float acc = b[o];
-                    for (int64_t c = 0; c < cg; c++)
-                        for (int64_t kh = 0; kh < K; kh++)
-                            for (int64_t kw = 0; kw < K; kw++) {
-                                const int64_t r = i * S - P + kh, q = j * S - P + kw;
-                                if (r >= 0 && r < H && q >= 0 && q < W)
-                                    acc += w[((o * cg + c) * K + kh) * K + kw] *
-                                           x[((n * C + c0 + c) * H + r) * W + q];
-                            }
-                    out[(n * O + o) * Ho * Wo + p] = acc;
-                }
+        conv2d_nchw_plain(out, x, w, b, geom[0], geom[1], N, H, W, C, O, K, G, Ho, Wo);
     }
     free(xt);
     free(wt);

@@ -12,6 +12,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include "strata_conv.h"
 #include "strata_sgemm.h"
 
 /* The lowering of one group of one image (rows in parallel: a row is one (c, kh, kw)). */
@@ -59,22 +60,8 @@ void strata_conv2d(float *out, const float *x, const float *w, const float *b,
     if (N <= 0 || O <= 0 || plane <= 0) return;
     const int direct = K == 1 && S == 1 && P == 0;  /* x's planes are the patch matrix */
     float *cols = direct ? NULL : malloc((size_t)(depth * plane) * sizeof(float));
-    if (!direct && !cols) {  /* out of memory: one output row at a time, no scratch */
-        for (int64_t n = 0; n < N; n++)
-            for (int64_t o = 0; o < O; o++)
-                for (int64_t p = 0; p < plane; p++) {
-                    const int64_t i = p / Wo, j = p % Wo, c0 = (o / og) * cg;
-                    float acc = b[o];
-                    for (int64_t c = 0; c < cg; c++)
-                        for (int64_t kh = 0; kh < K; kh++)
-                            for (int64_t kw = 0; kw < K; kw++) {
-                                const int64_t r = i * S - P + kh, q = j * S - P + kw;
-                                if (r >= 0 && r < H && q >= 0 && q < W)
-                                    acc += w[((o * cg + c) * K + kh) * K + kw] *
-                                           x[((n * C + c0 + c) * H + r) * W + q];
-                            }
-                    out[(n * O + o) * plane + p] = acc;
-                }
+    if (!direct && !cols) {  /* out of memory: the plain loop, no scratch */
+        conv2d_nchw_plain(out, x, w, b, S, P, N, H, W, C, O, K, G, Ho, Wo);
         return;
     }
     for (int64_t n = 0; n < N; n++)
