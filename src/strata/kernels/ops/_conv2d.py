@@ -53,18 +53,30 @@ def nbytes(s: Shape, e: int) -> float:
                       * (s["C"] // s["G"]) + s["O"] + s["N"] * ho * wo * s["O"]))
 
 
-def geom(s: Shape, device: str) -> Any:
+def geom(s: Shape, device: str, keys: tuple[str, ...] = ("S", "P")) -> Any:
+    """The int64 geom input of a conv op: the shape's `keys` (conv1d adds its dilation D)."""
     import torch
 
-    return torch.tensor([s["S"], s["P"]], dtype=torch.int64, device=device)
+    return torch.tensor([s[k] for k in keys], dtype=torch.int64, device=device)
 
 
-def stride_pad(geom_t: Any) -> tuple[int, int]:
-    """(S, P) from geom; NotImplementedError on the meta device, where it has no value (the
+def geom_values(geom_t: Any) -> tuple[int, ...]:
+    """geom's values; NotImplementedError on the meta device, where it has none (the
     contract's shape check then does not judge the call, as for any op meta cannot run)."""
     if geom_t.device.type == "meta":
         raise NotImplementedError("geom has no value on the meta device")
-    return int(geom_t[0]), int(geom_t[1])
+    return tuple(int(v) for v in geom_t.tolist())
+
+
+def stride_pad(geom_t: Any) -> tuple[int, int]:
+    stride, pad = geom_values(geom_t)
+    return stride, pad
+
+
+def geom_dims(geom_t: Any, keys: tuple[str, ...] = ("S", "P")) -> dict[str, int]:
+    """A call's geometry dims read from geom, none on the meta device (a spec's `dims`)."""
+    return {} if geom_t.device.type == "meta" else dict(zip(keys, geom_values(geom_t),
+                                                            strict=True))
 
 
 KINDS = {  # what a served conv call is, by its geometry: one published layer of each

@@ -10,11 +10,12 @@ w[O, C·K] @ cols[C·K, Lo] (im2col). The Mamba conv (conv1d_causal) is the dept
 stride-1 case with its own op.
 """
 
-from strata.kernels.ops import _kernelbench
+from strata.kernels.ops import _conv2d, _kernelbench
 from strata.kernels.ops._clauses import ragged
 from strata.kernels.spec import Clause, KernelSpec, Shape, as_made, floats, register
 
 KEYS = ("N", "C", "L", "O", "K", "G", "S", "P", "D")
+GEOM = ("S", "P", "D")  # geom's values, in order
 
 
 def _shape(*values: int) -> Shape:
@@ -49,20 +50,15 @@ def _whisper(frames: int | None = None) -> list[Shape]:
 
 
 def _inputs(s, dtype, seed, device):
-    import torch
-
     return [floats((s["N"], s["C"], s["L"]), dtype, seed, device),
             floats((s["O"], s["C"] // s["G"], s["K"]), dtype, seed, device, offset=1),
-            floats((s["O"],), dtype, seed, device, offset=2),
-            torch.tensor([s["S"], s["P"], s["D"]], dtype=torch.int64, device=device)]
+            floats((s["O"],), dtype, seed, device, offset=2), _conv2d.geom(s, device, GEOM)]
 
 
 def _conv(x, w, b, geom):
     import torch.nn.functional as F
 
-    if geom.device.type == "meta":  # no values there: the contract's shape check passes
-        raise NotImplementedError("geom has no value on the meta device")
-    s, p, d = (int(v) for v in geom.tolist())
+    s, p, d = _conv2d.geom_values(geom)
     return F.conv1d(x, w, b, s, p, d, x.shape[1] // w.shape[1])
 
 
@@ -70,9 +66,7 @@ def _dims(out, x, w, b, geom):
     dims = {"N": int(x.shape[0]), "C": int(x.shape[1]), "L": int(x.shape[2]),
             "O": int(w.shape[0]), "K": int(w.shape[2]),
             "G": int(x.shape[1]) // max(1, int(w.shape[1]))}
-    if geom.device.type != "meta":
-        dims["S"], dims["P"], dims["D"] = (int(v) for v in geom.tolist())
-    return dims
+    return {**dims, **_conv2d.geom_dims(geom, GEOM)}
 
 
 CLAUSES = (

@@ -30,9 +30,7 @@ def _dims(out, x, w, b, geom):
     dims = {"N": int(x.shape[0]), "H": int(x.shape[2]), "W": int(x.shape[3]),
             "C": int(x.shape[1]), "O": int(w.shape[0]), "K": int(w.shape[2]),
             "G": int(x.shape[1]) // max(1, int(w.shape[1]))}
-    if geom.device.type != "meta":
-        dims["S"], dims["P"] = int(geom[0]), int(geom[1])
-    return dims
+    return {**dims, **_conv2d.geom_dims(geom)}
 
 
 SPEC = register(KernelSpec(
