@@ -4,9 +4,10 @@ real IP traffic between separate network stacks, not loopback. Run as
 make network namespaces and links); tests/test_ring_netns.py does, and checks OUT.json.
 
 Two sampled generations of the same request: the first with every link up (the reference),
-the second with the veth of the second stage's member taken down after 10 tokens. The
-driver's wait for that member runs past the request's op deadline, the member is lost, the
-leader plans again over the other two and the replay must give the reference's tokens.
+the second with the veth of a stage's member taken down after 10 tokens: the second stage's
+(the driver's wait for it runs past the request's op deadline), or the first stage's when the
+second is the leader (the leader's wait for the driver does). The member is lost, the leader
+plans again over the other two and the replay must give the reference's tokens.
 """
 
 from __future__ import annotations
@@ -98,8 +99,12 @@ def main(out: Path, home: Path) -> None:
                            on_progress=lambda m: heard.append(m["token"]))
         result["reference"] = {"tokens": ref["tokens"], "stages": ref["stages"],
                                "heard": heard}
-        victim = ref["stages"][1]["member"]
-        result["victim"] = victim
+        # The second stage's member, unless that is the leader: the client's request goes
+        # to the leader, and a leader cut off cannot answer it (then the victim is rank 0,
+        # the driver, and the leader finds it silent past the op deadline)
+        members = [s["member"] for s in ref["stages"]]
+        victim = next(m for m in reversed(members) if m != st["leader"])
+        result["victim"], result["leader"] = victim, st["leader"]
         rx0 = rx_bytes(f"v{victim}")
         dropped: list[float] = []
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from strata.errors import InputError
 from strata.ring.control.orders import model_hash, reach_of, send_order
-from strata.ring.control.wire import Message, PeerError, Refused
+from strata.ring.control.wire import KEEPALIVE_S, Message, PeerError, Refused
 
 Piece = Callable[[Message], None]  # {"token": id, "text": what it completes}
 MAX_REPLANS = 4  # members lost in one request before the leader gives up
@@ -232,7 +232,7 @@ def _assign_and_drive(node: Any, plan: Any, epoch: int, model: str, digest: str,
         if reply.get("fetched") and reply["fetched"]["tensors"]:
             transfers.append({"member": stage.member, **reply["fetched"]})
     try:
-        return {**send_order(reach[stages[0].member], drive, DRIVE_SILENCE_S, heard),
+        return {**send_order(reach[stages[0].member], drive, _drive_silence(msg), heard),
                 "transfers": transfers}
     except Refused as exc:  # e.g. a stage that cannot load: what it says is the error
         if not fresh and "holds no rank 0 order" in str(exc):
@@ -240,6 +240,14 @@ def _assign_and_drive(node: Any, plan: Any, epoch: int, model: str, digest: str,
         raise InputError(f"member {stages[0].member} (rank 0): {exc}") from None
     except PeerError as exc:  # the driver itself went away: start its share elsewhere
         return {"lost": 0, "member": stages[0].member, "reason": str(exc)}
+
+
+def _drive_silence(msg: Message) -> float:
+    """How long the driver may be silent before it is lost: the request's op deadline when
+    it gives one (a driver whose link went down is then found as fast as a stage the driver
+    waits on), never under two of its keepalives; else DRIVE_SILENCE_S."""
+    op = msg.get("op_timeout_s")
+    return DRIVE_SILENCE_S if not op else max(float(op), 2 * KEEPALIVE_S)
 
 
 def _addr(member: Any) -> tuple[str, int]:
