@@ -74,9 +74,9 @@ def reference(files: dict[str, Path]) -> dict[str, np.ndarray]:
     return {name: llama_cpp_logits(path, IDS) for name, path in files.items()}
 
 
-def engine_logits(path: Path, ops: str, ids: list[int], window: int | None = None
-                  ) -> np.ndarray:
-    ex = load(path, ops=ops)
+def engine_logits(path: Path, ops: str, ids: list[int], window: int | None = None,
+                  kv: str = "f32") -> np.ndarray:
+    ex = load(path, ops=ops, kv=kv)
     if window is not None:  # what the file says, overridden (the window test)
         ex.weights.spec.sliding_window = window
     ex.reset(len(ids))
@@ -107,6 +107,27 @@ def test_float32_logits_equal_llama_cpps(files: dict[str, Path], reference: dict
     print(f"\n{preset} {ops}: max |strata - llama.cpp| / scale = {err:.1e}, max KL {kl:.1e}")
     assert err <= BOUND.get(preset, 1e-4)
     assert kl <= KL_BOUND
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_a_float16_cache_holds_k_and_v_as_llama_cpps_does(files: dict[str, Path],
+                                                          preset: str) -> None:
+    """-ctk/-ctv f16 (llama.cpp's default, and -B lab's): the lab over a float16 cache equals
+    the torch ops over one (the same rounded K/V, another attention), and is nearer llama.cpp's
+    f16-cache logits than the float32 cache is — a cache that kept float32 values, or rounded
+    them otherwise, would not be. (llama.cpp also rounds q and the softmax weights to f16 in
+    its f16-cache products; strata keeps those in float32, so the two do not coincide.)"""
+    path = files[preset]
+    lab16, lab32 = engine_logits(path, "lab", IDS, kv="f16"), engine_logits(path, "lab", IDS)
+    torch16 = engine_logits(path, "torch", IDS, kv="f16")
+    llama16 = llama_cpp_logits(path, IDS, kv_type=1)
+    twin, near = (float(rel_err(lab16, w).max()) for w in (torch16, llama16))
+    far = float(rel_err(lab32, llama16).max())
+    print(f"\n{preset} f16 cache: lab vs torch {twin:.1e}, vs llama.cpp f16 {near:.1e} "
+          f"(the f32 cache: {far:.1e})")
+    assert twin <= BOUND.get(preset, 1e-4)
+    assert max_kl(llama16, lab16) <= KL_BOUND
+    assert near < far
 
 
 @pytest.mark.parametrize("preset", PRESETS)

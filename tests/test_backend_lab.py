@@ -136,12 +136,19 @@ def test_greedy_tokens_equal_llama_cpps_for_32_steps(files: dict[str, Path]) -> 
                                atol=1e-4 * float(np.abs(want_logits).max()))
 
 
-def test_backend_reports_its_kernels_and_torch_glue(files: dict[str, Path]) -> None:
+@pytest.mark.parametrize(("kv", "attention"), [(LoadConfig().kv_type, "attention_cached_f16"),
+                                               ("f32", "attention_cached")])
+def test_backend_reports_its_kernels_and_torch_glue(files: dict[str, Path], kv: str,
+                                                    attention: str) -> None:
+    """-ctk/-ctv as llama-bench: f16 by default (the float16-cache attention op), f32 on
+    request; either way every op a verified kernel and the decode step's glue in C."""
     backend = LabBackend()
-    backend.load(resolve(str(files["f32"])), LoadConfig(threads=1))
+    backend.load(resolve(str(files["f32"])), LoadConfig(threads=1, kv_type=kv, kv_type_v=kv))
     info = backend.info()
+    cache = backend.model.cache
     backend.close()
-    assert set(info["ops"]) == {"rmsnorm", "rope", "attention_cached", "silu_mul", "linear_f32"}
+    assert {t.dtype for t in (*cache.k, *cache.v)} == {getattr(torch, f"float{kv[1:]}")}
+    assert set(info["ops"]) == {"rmsnorm", "rope", attention, "silu_mul", "linear_f32"}
     # every op is a verified lab kernel here (verified on first use), none a torch stand-in
     assert {d["outcome"] for d in info["ops"].values()} == {"kernel"}, info["ops"]
     assert all(d["impl"].startswith("c.") and d["why"] for d in info["ops"].values())
@@ -150,7 +157,7 @@ def test_backend_reports_its_kernels_and_torch_glue(files: dict[str, Path]) -> N
     # op torch runs reaches it).
     assert info["torch_compute_per_token"] == {}
     assert info["runner_glue_per_token"] == {"add": 2 * 2, "kv_store": 2 * 2}
-    assert info["kv_dtype"] == "f32" and info["threads"] == 1
+    assert info["kv_dtype"] == kv and info["threads"] == 1
 
 
 def test_bench_and_quality_run_on_lab(home: Path, files: dict[str, Path]) -> None:
@@ -163,8 +170,9 @@ def test_bench_and_quality_run_on_lab(home: Path, files: dict[str, Path]) -> Non
     assert rows and all(row["eta"] is not None for row in rows)  # explained like the others
     assert {row["backend"] for row in rows} == {"lab"}
     assert all(row["n_gen"] in (0, 4) for row in rows)
-    # llama.cpp scores with its default f16 K/V cache, the lab's is f32: on the sharpened
-    # files that alone moves perplexity by ~0.1%, so the preset model (as users get it) here
+    # both score with their default f16 K/V cache (llama.cpp also rounds q and the softmax
+    # weights to f16 there, strata does not: ~0.1% of perplexity on the sharpened files), so
+    # the preset model (as users get it) here
     flags = ["--ctx", "64", "--max-chunks", "4", "--json"]
     q = run_cli("quality", "synthetic:tiny@q8_0", "-B", "lab", *flags, home=home)
     ql = run_cli("quality", "synthetic:tiny@q8_0", "-B", "llamacpp", *flags, home=home)
@@ -175,8 +183,16 @@ def test_bench_and_quality_run_on_lab(home: Path, files: dict[str, Path]) -> Non
     assert lab_ppl == pytest.approx(lc_ppl, rel=1e-3)
 
 
-def test_bad_input_is_one_line(home: Path, tmp_path: Path) -> None:
-    hf = resolve("synthetic:tiny@f32").path("hf", "torch")
-    r = run_cli("bench", str(hf), "-B", "lab", "-p", "8", "-n", "0", "-r", "1", home=home)
+@pytest.mark.parametrize(("flags", "says"), [
+    ((), "the lab backend needs a gguf model"),
+    # a K/V pair the lab has no attention for: refused before any model loads
+    (("-ctk", "q8_0", "-ctv", "q8_0", "-fa", "1"), "keeps K/V in f16 or f32"),
+    (("-ctk", "f16,f32", "-ctv", "f16,f32"), "keeps K and V in one type")])
+def test_bad_input_is_one_line(home: Path, tmp_path: Path, flags: tuple[str, ...],
+                               says: str) -> None:
+    model = str(resolve("synthetic:tiny@f32").path("hf" if not flags else "gguf", "torch"))
+    r = run_cli("bench", model, "-B", "lab", "-p", "8", "-n", "4", "-r", "1", *flags,
+                home=home)
     assert r.returncode == 2 and "Traceback" not in r.stderr
-    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and says in r.stderr, r.stderr
+    assert "pp8" not in r.stdout  # nothing ran

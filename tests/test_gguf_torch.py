@@ -235,13 +235,15 @@ def quiet_stderr() -> contextlib.AbstractContextManager[None]:
     return _stderr_to(os.devnull)
 
 
-def llama_cpp_logits(path: Path, ids: list[int]) -> np.ndarray:
-    """Every position's logits from real llama.cpp, K/V cache in f32."""
+def llama_cpp_logits(path: Path, ids: list[int], kv_type: int = 0) -> np.ndarray:
+    """Every position's logits from real llama.cpp, K/V cache in f32 (kv_type 0; ggml's type
+    ids: 1 for f16)."""
     from llama_cpp import Llama
 
     with quiet_stderr():
         llm = Llama(model_path=str(path), n_ctx=len(ids), n_batch=len(ids), n_ubatch=len(ids),
-                    logits_all=True, type_k=0, type_v=0, n_threads=2, verbose=False)
+                    logits_all=True, type_k=kv_type, type_v=kv_type, n_threads=2,
+                    verbose=False)
         try:
             llm.eval(ids)
             return np.array(llm.scores[:len(ids)], dtype=np.float32)

@@ -157,7 +157,7 @@ def test_rdna4_names_the_triton_kernels_and_the_missing_ones(
     # what `strata fit MODEL -B lab` prints for that device: op, kernel, why; then the verdict
     from strata.lab.plan import fit_sections
 
-    rocm = fit_sections(resolve(MODEL), RecordedHost(conn, fp, caps))[1]
+    rocm = fit_sections(resolve(MODEL), RecordedHost(conn, fp, caps), "f32")[1]
     assert rocm.columns == ("op", "kernel", "why") and rocm.rows[0][:2] == ("rmsnorm", "triton")
     assert rocm.lines[0].startswith("vendor stack: unsupported on rocm:0")
     assert rocm.lines[-1] == f"lab on rocm:0: {cov.verdict}"
@@ -235,7 +235,7 @@ def test_an_architecture_the_lab_does_not_run_is_a_blocker(
 # -- fit rules -----------------------------------------------------------------------------------
 
 
-def test_fit_rules_weights_as_stored_kv_float32_whole_on_a_gpu(strata_home: Path) -> None:
+def test_fit_rules_weights_as_stored_kv_float16_whole_on_a_gpu(strata_home: Path) -> None:
     from strata.backends.descriptors.lab import UBATCH
     from strata.fit import FITS, FitOptions, fit_model
     from strata.hardware.profile import HostProfile
@@ -250,9 +250,11 @@ def test_fit_rules_weights_as_stored_kv_float32_whole_on_a_gpu(strata_home: Path
     gpu = report.row("cuda:0")
     assert gpu.verdict == FITS and gpu.placement.ngl is None  # no layer split: all or none
     assert gpu.placement.device.weights == spec.weight_bytes()  # the GGUF bytes as stored
-    assert gpu.placement.device.kv == 2 * 32 * 8 * 128 * 8192 * 4  # float32 K/V
+    assert gpu.placement.device.kv == 2 * 32 * 8 * 128 * 8192 * 2  # float16 K/V (default)
     assert gpu.placement.host.buffers == max(t.nbytes for t in spec.tensors)  # staging
-    assert report.model["kv_type"] == "f32"
+    assert report.model["kv_type"] == "f16"
+    f32 = fit_model(model, host, FitOptions(ctx=8192, backend="lab", kv_type="f32"))
+    assert f32.row("cuda:0").placement.device.kv == 2 * gpu.placement.device.kv
     # the mixes whose every type a lab op reads (q3_k_m and q2_k need Q3_K/Q2_K)
     assert [q.quant for q in report.quants] == ["f32", "f16", "q8_0", "q4_0", "q6_k", "q5_k_m",
                                                 "q4_k_m"]
@@ -277,7 +279,7 @@ def test_fit_lab_prints_the_coverage_table_piped_at_80_columns(tmp_path: Path) -
         mp.setenv("STRATA_HOME", str(home))
         s = session(conn=db)
         assert s.fingerprint == fp
-        sections = fit_sections(resolve(MODEL), RecordedHost(db, fp, s.caps))
+        sections = fit_sections(resolve(MODEL), RecordedHost(db, fp, s.caps), "f16")
     cpu = sections[0]
     assert_whole(proc.stdout, section_table(cpu))  # every row on one line, nothing cut
     assert ("rmsnorm", "c.naive") in [row[:2] for row in cpu.rows]
@@ -290,7 +292,7 @@ def test_fit_lab_prints_the_coverage_table_piped_at_80_columns(tmp_path: Path) -
 
 
 @pytest.mark.parametrize(("args", "names"), [
-    ((MODEL, "-B", "lab", "--kv-type", "f16"), "--kv-type f16: choose one of f32"),
+    ((MODEL, "-B", "lab", "--kv-type", "q8_0"), "--kv-type q8_0: choose one of f16, f32"),
     (("HF",), "-B lab runs GGUF files"),
 ])
 def test_a_bad_combination_is_one_line_exit_2(args: tuple[str, ...], names: str,

@@ -26,21 +26,25 @@ def home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     yield from seeded_home(tmp_path_factory, "lab_runner")
 
 
-def _decode(path: Path, profile: bool) -> tuple[torch.Tensor, object]:
+def _decode(path: Path, profile: bool, kv: str = "f32") -> tuple[torch.Tensor, object]:
     import strata.lab
 
-    m = strata.lab.load(path, "cpu", n_ctx=64)
+    m = strata.lab.load(path, "cpu", n_ctx=64, kv=kv)
     m.kernels.profile = profile
     m.prefill([1, 2, 3, 4])
     return torch.cat([m.decode(t) for t in TOKENS]), m._step
 
 
-@pytest.mark.parametrize("preset", ["tiny-qwen2@q8_0", "tiny-gemma3@q8_0", "tiny-gpt-oss@q8_0",
-                                    "tiny-phi3@f32"])
-def test_runner_gives_the_python_step_s_logits_bit_for_bit(home: Path, preset: str) -> None:
+@pytest.mark.parametrize(("preset", "kv"), [
+    ("tiny-qwen2@q8_0", "f32"), ("tiny-gemma3@q8_0", "f32"), ("tiny-gpt-oss@q8_0", "f32"),
+    ("tiny-phi3@f32", "f32"),
+    # a float16 cache: the runner's K/V rows rounded as torch's copy_ rounds them
+    ("tiny-gemma3@q8_0", "f16"), ("tiny-gpt-oss@q8_0", "f16")])
+def test_runner_gives_the_python_step_s_logits_bit_for_bit(home: Path, preset: str,
+                                                           kv: str) -> None:
     path = resolve(f"synthetic:{preset}").path("gguf", "llamacpp")
-    native, step = _decode(path, profile=False)
-    python, _ = _decode(path, profile=True)
+    native, step = _decode(path, profile=False, kv=kv)
+    python, _ = _decode(path, profile=True, kv=kv)
     assert torch.equal(native, python)
     program = step.program  # type: ignore[attr-defined]
     # every layer's K/V writes and residual adds ran natively (none was left to torch)
@@ -80,6 +84,29 @@ def test_a_kv_row_outside_the_cache_is_refused_not_written() -> None:
     at[0] = 2
     program()
     assert torch.equal(cache[:, 2], src) and int((cache != 0).sum()) == 6
+
+
+def test_a_float16_cache_row_is_rounded_as_torch_rounds_it() -> None:
+    """The runner's float16 K/V store against torch's conversion, on the values where a
+    rounding rule shows: exact halves between two float16 values (ties to even), the
+    subnormal range, past the largest float16 (inf), NaN and signed zeros."""
+    f16 = torch.finfo(torch.float16)
+    grid = torch.arange(-2048, 2048, dtype=torch.float32)
+    halfway = (grid + 0.5) * 2.0 ** -10 + 1.0  # exact ties between neighbouring f16 in [1, 2)
+    special = torch.tensor([f16.tiny / 3, -f16.tiny / 7, 2.0 ** -25, 2.0 ** -26, 65519.0,
+                            65520.0, 1e30, -1e30, float("nan"), 0.0, -0.0, 1.0 / 3])
+    values = torch.cat([halfway, torch.randn(4000, generator=torch.Generator().manual_seed(0))
+                        * 1e-3, special])
+    d = values.numel() // 2
+    src = values[:2 * d].reshape(2, d).contiguous()
+    cache = torch.zeros(2, 3, d, dtype=torch.float16)
+    at = torch.tensor([1], dtype=torch.int64)
+    step = runner.kv_step(cache, src, at)
+    assert step.native is not None  # the runner takes it
+    runner.Program([step])()
+    want = src.to(torch.float16)
+    assert torch.equal(cache[:, 1].view(torch.int16), want.view(torch.int16))
+    assert not cache[:, [0, 2]].view(torch.int16).any()  # no other row written
 
 
 def test_steps_the_runner_cannot_take_stay_python() -> None:

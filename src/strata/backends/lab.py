@@ -47,9 +47,13 @@ class LabBackend:
     def load(self, model: ResolvedModel, config: LoadConfig) -> None:
         import strata.lab
 
+        if config.kv_type != config.kv_type_v:
+            raise InputError(f"-ctk {config.kv_type} -ctv {config.kv_type_v}: -B lab keeps K "
+                             "and V in one type; give both f16 or both f32")
         self.close()
         self._model = strata.lab.load(model.path("gguf", "lab"), config.device,
-                                      n_ctx=config.n_ctx or CTX_STEP, threads=config.threads)
+                                      n_ctx=config.n_ctx or CTX_STEP, threads=config.threads,
+                                      kv=config.kv_type)
         cfg = self._model.weights.config
         vocab = self._model.vocab
         special = {cfg.get(k) for k in ("bos_token_id", "eos_token_id", "pad_token_id")}
@@ -95,6 +99,7 @@ class LabBackend:
     # helpers --------------------------------------------------------------------------------
 
     def _describe(self) -> dict[str, Any]:
+        from strata.engine.ops_lab import KV_NAMES
         from strata.lab.accounting import torch_ops
 
         m = self.model
@@ -112,8 +117,9 @@ class LabBackend:
             "weights": f"GGUF as stored ({', '.join(kinds)}), never dequantised",
             "weight_bytes_in_memory": sum(t.nbytes for t in w.tensors.values()),
             "threads": m.threads,
-            "kv_cache": "float32, one [Hkv, C, D] pair per layer",
-            "kv_dtype": "f32",
+            "kv_cache": f"{m.kv_dtype}".removeprefix("torch.") + ", one [Hkv, C, D] pair per "
+                        "layer",
+            "kv_dtype": KV_NAMES[m.kv_dtype],
             "ops": m.kernels.served(),
             "torch_compute_per_token": dict(seen.get("compute", {})),
             # the glue strata's decode-step runner does in C instead (lab/runner.py)

@@ -204,10 +204,22 @@ def _loads(f: BenchFlags) -> list[LoadConfig]:
 
 
 def _check_v_cache(loads: list[LoadConfig], backends: list[str]) -> None:
-    """llama.cpp refuses a quantised V cache without flash attention: say which flag to add
-    before anything loads, rather than relay the error of a context that failed."""
+    """llama.cpp refuses a quantised V cache without flash attention, -B lab any K/V pair
+    but f16/f16 and f32/f32: say so before anything loads, rather than relay the error of a
+    context that failed midway through the sweep."""
+    if "lab" in backends:
+        from strata.backends.descriptors.lab import KV_TYPES
+
+        for lc in loads:
+            given = f"-ctk {lc.kv_type} -ctv {lc.kv_type_v}"
+            if not {lc.kv_type, lc.kv_type_v} <= set(KV_TYPES):
+                raise InputError(f"{given}: -B lab keeps K/V in {' or '.join(KV_TYPES)} (a "
+                                 "quantised cache: -B llamacpp)")
+            if lc.kv_type != lc.kv_type_v:
+                raise InputError(f"{given}: -B lab keeps K and V in one type; give -ctk and "
+                                 "-ctv the same one value (a -ctk/-ctv sweep runs every pair)")
     if "llamacpp" not in backends:
-        return  # other backends keep K/V in the model's dtype and ignore -ctk/-ctv
+        return  # torch keeps K/V in the model's dtype and ignores -ctk/-ctv
     bad = next((lc for lc in loads if lc.kv_type_v in QUANTISED_KV and not lc.flash_attn),
                None)
     if bad is not None:

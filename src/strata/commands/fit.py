@@ -45,7 +45,7 @@ def run_fit(conn: sqlite3.Connection | None, ref: str, *, ctx: int | None, batch
     report = fit_model(model, profile, options, roofline, history, fingerprint)
     sections = options.rules.sections
     if sections is not None:  # the backend's own part (lab: the kernel serving each op here)
-        report.sections = sections(model, host)
+        report.sections = sections(model, host, report.model["kv_type"])
     return report
 
 

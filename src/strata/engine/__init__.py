@@ -22,16 +22,19 @@ if TYPE_CHECKING:
 
 def load(path: str | Path, first: int | None = None, last: int | None = None,
          ops: str = "lab", device: str = "cpu",
-         say: Callable[[str], None] = lambda _m: None) -> Executor:
-    """An executor over layers [first, last) of the GGUF at `path` with the `ops` backend."""
+         say: Callable[[str], None] = lambda _m: None, kv: str = "f32") -> Executor:
+    """An executor over layers [first, last) of the GGUF at `path` with the `ops` backend,
+    its K/V cache in `kv` (f32 or f16)."""
     from strata.backends.torch_device import resolve_device
     from strata.engine import ops as ops_registry
-    from strata.engine.executor import Executor
+    from strata.engine.executor import Executor, kv_dtype
     from strata.engine.weights import read_range
 
     dev = resolve_device(device)
     weights = read_range(Path(path), first, last, dev)
-    return Executor.build(weights, ops_registry.make(ops, weights, dev, say), dev)
+    cache = kv_dtype(kv)
+    return Executor.build(weights, ops_registry.make(ops, weights, dev, say, kv), dev,
+                          kv_dtype=cache)
 
 
 __all__ = ["load"]

@@ -11,12 +11,13 @@ position. `-B lab` is an executor over every layer with the lab's ops (strata.la
 prefill chunking and the bound decode step); a ring stage is one over its layers with the
 ops its member chose (strata.ring.runtime.stage).
 
-Layouts: activations [T, hidden] float32; the cache of a local layer is k, v [Hkv, C, D],
-filled up to the position after the last forward. A sliding-window layer (gemma3's local
-layers) holds only what its queries can still see: window - 1 + `chunk` rows, row r being
-position `Cache.base` + r; when a forward would write past the end, the last window - 1 rows
-move to the front (amortised: one row copied per position written). A forward of more than
-`chunk` positions runs in chunks of `chunk`, so the rows always fit.
+Layouts: activations [T, hidden] float32; the cache of a local layer is k, v [Hkv, C, D]
+(float32, or float16 with `kv_dtype`), filled up to the position after the last forward. A
+sliding-window layer (gemma3's local layers) holds only what its queries can still see:
+window - 1 + `chunk` rows, row r being position `Cache.base` + r; when a forward would write
+past the end, the last window - 1 rows move to the front (amortised: one row copied per
+position written). A forward of more than `chunk` positions runs in chunks of `chunk`, so
+the rows always fit.
 """
 
 from __future__ import annotations
@@ -32,6 +33,19 @@ from strata.engine.rope import Rope
 from strata.engine.weights import ModelWeights, Stored
 
 CHUNK = 512  # positions one forward step writes at most (llama.cpp's default n_ubatch)
+# K/V cache element types the engine keeps (llama.cpp's -ctk/-ctv names)
+KV_DTYPES = {"f32": torch.float32, "f16": torch.float16}
+
+
+def kv_dtype(name: str) -> torch.dtype:
+    """The torch dtype of a `name` (f32, f16) K/V cache; InputError for any other."""
+    from strata.errors import InputError
+
+    if name not in KV_DTYPES:
+        raise InputError(f"K/V cache type {name}: strata's engine keeps it in "
+                         f"{' or '.join(KV_DTYPES)} (llama.cpp also takes q8_0, q4_0: -B "
+                         "llamacpp)")
+    return KV_DTYPES[name]
 
 
 @dataclass
@@ -45,12 +59,17 @@ class Cache:
 
     @classmethod
     def allocate(cls, shape: tuple[int, int, int], windowed: list[bool], window: int,
-                 chunk: int, device: torch.device) -> Cache:
+                 chunk: int, device: torch.device, dtype: torch.dtype = torch.float32
+                 ) -> Cache:
         hkv, capacity, d = shape
         rows = [cls.rows(capacity, window, chunk) if w else capacity for w in windowed]
-        return cls([torch.zeros((hkv, r, d), device=device) for r in rows],
-                   [torch.zeros((hkv, r, d), device=device) for r in rows],
+        return cls([torch.zeros((hkv, r, d), device=device, dtype=dtype) for r in rows],
+                   [torch.zeros((hkv, r, d), device=device, dtype=dtype) for r in rows],
                    capacity, window if any(windowed) else 0, list(windowed))
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in (*self.k, *self.v))
 
     @staticmethod
     def rows(capacity: int, window: int, chunk: int = CHUNK) -> int:
@@ -90,6 +109,9 @@ class Executor:
     rope_windowed: Rope | None = None  # the windowed layers' tables (their own RoPE base)
     pos: int = 0  # positions the cache holds
     chunk: int = CHUNK  # positions a forward step writes at most (longer forwards split)
+    # the K/V cache's element type: float32, or float16 (half the bytes; llama.cpp's default
+    # -ctk/-ctv f16: each row rounded once, when it is written)
+    kv_dtype: torch.dtype = torch.float32
     _pos_t: torch.Tensor = field(default_factory=lambda: torch.zeros(1, dtype=torch.int64))
     # a windowed layer's (row of the first query, window), what attention_window reads
     _row_t: torch.Tensor = field(default_factory=lambda: torch.zeros(2, dtype=torch.int64))
@@ -148,10 +170,12 @@ class Executor:
         if capacity <= 0:
             self.cache, self.rope, self.rope_windowed, self.pos = None, None, None, 0
             return
-        if self.cache is None or self.cache.capacity < capacity:
+        if self.cache is None or self.cache.capacity < capacity \
+                or any(k.dtype != self.kv_dtype for k in self.cache.k):
             windowed = [self.weights.windowed(i) for i in range(self.first, self.last)]
             self.cache = Cache.allocate((s.n_kv_heads, capacity, s.head_dim), windowed,
-                                        self.weights.window, self.chunk, self.device)
+                                        self.weights.window, self.chunk, self.device,
+                                        self.kv_dtype)
             config = self.weights.config
             self.rope = Rope.build(s.head_dim, config, self.weights.frequency_factors(capacity),
                                    capacity, self.device)

@@ -48,8 +48,9 @@ class Ops(Protocol):
     def glu(self, activation: str, gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor: ...
 
 
-# backend name -> factory(weights, device, say) -> Ops
-OpsFactory = Callable[[ModelWeights, torch.device, Callable[[str], None]], Ops]
+# backend name -> factory(weights, device, say, kv=...) -> Ops (kv: the K/V cache's element
+# type, a strata.lab.plan.KV_CACHE_OPS key, for the ops that pick their attention by it)
+OpsFactory = Callable[..., Ops]
 _BACKENDS: dict[str, str] = {"lab": "strata.engine.ops_lab:LabOps.for_weights",
                              "torch": "strata.engine.ops_torch:TorchOps.for_weights"}
 DEFAULT = "lab"
@@ -60,9 +61,9 @@ def names() -> list[str]:
 
 
 def make(name: str, weights: ModelWeights, device: torch.device,
-         say: Callable[[str], None] = lambda _m: None) -> Ops:
-    """The ops backend `name` ready for `weights` on `device` (the lab verifies what it
-    needs first)."""
+         say: Callable[[str], None] = lambda _m: None, kv: str = "f32") -> Ops:
+    """The ops backend `name` ready for `weights` on `device` over a `kv` (f32 or f16) K/V
+    cache (the lab verifies what it needs first)."""
     import importlib
 
     from strata.errors import InputError
@@ -74,4 +75,4 @@ def make(name: str, weights: ModelWeights, device: torch.device,
     obj: Any = importlib.import_module(module)
     for part in attr.split("."):
         obj = getattr(obj, part)
-    return obj(weights, device, say)
+    return obj(weights, device, say, kv=kv)

@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from strata.engine.executor import KV_DTYPES
 from strata.engine.weights import ModelWeights, Stored, is_bias
 from strata.errors import InputError
 from strata.kernels.dispatch import KERNEL
@@ -23,16 +24,16 @@ from strata.lab.plan import (
     GLU_OPS,
     LINEAR_OPS,
     REPACKED,
-    SINK_OP,
-    WINDOW_OP,
     X8_OPS,
+    attention_op,
     layer_ops,
     linear_op,
 )
 
 
-def lab_ops_for(weights: ModelWeights) -> list[str]:
-    """The lab ops a layer range runs: the layer's own, one linear per matrix storage type."""
+def lab_ops_for(weights: ModelWeights, kv: str = "f32") -> list[str]:
+    """The lab ops a layer range runs over a `kv` K/V cache: the layer's own, one linear per
+    matrix storage type."""
     matrices = {n: w for n, w in weights.tensors.items()
                 if len(w.shape) >= 2 and not is_bias(n)}
     kinds = sorted({w.kind for w in matrices.values()})
@@ -43,9 +44,12 @@ def lab_ops_for(weights: ModelWeights) -> list[str]:
                          f"({first} is {unread[0]}; strata fit MODEL -B lab lists what is "
                          "missing); use the torch ops (dequantised) or --backend llamacpp")
     windowed = any(weights.windowed(i) for i in range(weights.first, weights.last))
-    layer = layer_ops(weights.arch.name, windowed)
+    layer = layer_ops(weights.arch.name, windowed, kv)
     x8 = [X8_OPS[REPACKED[k]] for k in kinds if k in REPACKED]  # used where they pay
     return [*layer, *(LINEAR_OPS[k] for k in kinds), *x8]
+
+
+KV_NAMES = {d: n for n, d in KV_DTYPES.items()}  # cache dtype -> KV_CACHE_OPS key
 
 
 @dataclass
@@ -57,11 +61,12 @@ class LabOps:
 
     @classmethod
     def for_weights(cls, weights: ModelWeights, device: torch.device,
-                    say: Callable[[str], None], conn: Any = None) -> LabOps:
+                    say: Callable[[str], None], conn: Any = None, kv: str = "f32"
+                    ) -> LabOps:
         from strata.paths import default_db_path
         from strata.store import open_db
 
-        ops = lab_ops_for(weights)
+        ops = lab_ops_for(weights, kv)
         return cls(Kernels.resolve(ops, device, conn or open_db(default_db_path()), say))
 
     @property
@@ -142,13 +147,12 @@ class LabOps:
                   sinks: torch.Tensor | None = None) -> torch.Tensor:
         q = q.contiguous()
         out = torch.empty_like(q)
+        op = attention_op(sinks is not None, window > 0, KV_NAMES[k.dtype])
         if sinks is not None:  # (row, window) either way; a window of 0: every position
-            self.kernels.call(SINK_OP, out, q, k, v, pos_t if window > 0 else self._rows(pos),
+            self.kernels.call(op, out, q, k, v, pos_t if window > 0 else self._rows(pos),
                               sinks, scale=scale)
-        elif window > 0:  # pos_t holds (row, window) for the windowed op
-            self.kernels.call(WINDOW_OP, out, q, k, v, pos_t, scale=scale)
-        else:
-            self.kernels.call("attention_cached", out, q, k, v, pos_t, scale=scale)
+        else:  # pos_t holds (row, window) for the windowed op
+            self.kernels.call(op, out, q, k, v, pos_t, scale=scale)
         return out
 
     def _rows(self, pos: int) -> torch.Tensor:

@@ -45,8 +45,8 @@ class TorchOps:
 
     @classmethod
     def for_weights(cls, weights: ModelWeights, device: torch.device,
-                    say: Callable[[str], None]) -> TorchOps:
-        return cls()
+                    say: Callable[[str], None], kv: str = "f32") -> TorchOps:
+        return cls()  # any cache dtype: attention widens what it reads to the queries
 
     def prepare(self, name: str, w: Stored) -> torch.Tensor:
         return dequantize(w)
@@ -77,8 +77,8 @@ class TorchOps:
                   sinks: torch.Tensor | None = None) -> torch.Tensor:
         end = pos + q.shape[-2]
         rep = q.shape[-3] // k.shape[-3]  # GQA: consecutive query heads share a KV head
-        keys = k[..., :end, :].repeat_interleave(rep, dim=-3)
-        values = v[..., :end, :].repeat_interleave(rep, dim=-3)
+        keys = k[..., :end, :].to(q.dtype).repeat_interleave(rep, dim=-3)
+        values = v[..., :end, :].to(q.dtype).repeat_interleave(rep, dim=-3)
         # query i sits at position pos + i and sees keys 0..pos + i (causal at any depth)
         keys_at = torch.arange(end, device=q.device)[None, :]
         query_at = torch.arange(pos, end, device=q.device)[:, None]

@@ -52,10 +52,10 @@ class FitSection:
         return {"title": self.title, **self.data}
 
 
-# (model, the host: results DB, fingerprint and the kernel lab's HostCaps) -> sections;
-# called by the fit command, which holds the host (typed loosely: fit does not import the
+# (model, the host: results DB, fingerprint and the kernel lab's HostCaps, the K/V type) ->
+# sections; called by the fit command, which holds the host (typed loosely: fit does not import the
 # kernel lab)
-SectionsFor = Callable[[ResolvedModel, Any], list[FitSection]]
+SectionsFor = Callable[[ResolvedModel, Any, str], list[FitSection]]
 
 
 @dataclass(frozen=True)

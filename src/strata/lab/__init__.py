@@ -25,11 +25,13 @@ DEFAULT_CTX = 4096
 
 def load(path: str | Path, device: str = "cpu", n_ctx: int = DEFAULT_CTX,
          threads: int | None = None, db: Path | None = None,
-         say: Callable[[str], None] = lambda _m: None) -> LabModel:
-    """A GGUF ready to prefill/decode on `device`, with an empty KV cache of `n_ctx`."""
+         say: Callable[[str], None] = lambda _m: None, kv: str = "f32") -> LabModel:
+    """A GGUF ready to prefill/decode on `device`, with an empty KV cache of `n_ctx`
+    positions whose elements are `kv` (f32, or f16: half the bytes, llama.cpp's default)."""
     import torch
 
     from strata.backends.torch_device import resolve_device
+    from strata.engine.executor import kv_dtype
     from strata.engine.ops_lab import LabOps
     from strata.hardware.threads import set_threads
     from strata.lab.model import LabModel
@@ -37,11 +39,12 @@ def load(path: str | Path, device: str = "cpu", n_ctx: int = DEFAULT_CTX,
     from strata.paths import default_db_path
     from strata.store import open_db
 
+    cache = kv_dtype(kv)
     dev: torch.device = resolve_device(device)
     used = set_threads(threads)
     weights = read_weights(Path(path), dev)
-    ops = LabOps.for_weights(weights, dev, say, open_db(db or default_db_path()))
-    model = LabModel.build(weights, ops, dev, threads=used)
+    ops = LabOps.for_weights(weights, dev, say, open_db(db or default_db_path()), kv=kv)
+    model = LabModel.build(weights, ops, dev, threads=used, kv_dtype=cache)
     model.reset(n_ctx)
     return model
 

@@ -35,9 +35,10 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from strata.engine import graph
+from strata.engine.ops_lab import KV_NAMES
 from strata.hardware.devices import sync
 from strata.lab import decode_moe, runner
-from strata.lab.plan import GLU_OPS, SINK_OP, WINDOW_OP, linear_op
+from strata.lab.plan import GLU_OPS, attention_op, linear_op
 
 if TYPE_CHECKING:
     from strata.engine.executor import Executor
@@ -194,19 +195,18 @@ class DecodeStep:
     def _attend(self, i: int, windowed: bool) -> Call:
         """Layer i's attention over its cache: attention_sinks where the layer has sinks
         (its position tensor holds the window, 0 on a global layer), else attention_cached
-        or, windowed, attention_window."""
+        or, windowed, attention_window — each the *_f16 op over a float16 cache."""
         m, b, cache = self.model, self.buf, self.model.cache
         assert cache is not None
         s, local = m.weights.spec, i - m.first
         q, k, v = b.qr.view(s.n_heads, 1, s.head_dim), cache.k[local], cache.v[local]
         scale = 1.0 / math.sqrt(s.head_dim)
         sinks = m.net.opt(i, "sinks")
+        op = attention_op(sinks is not None, windowed, KV_NAMES[k.dtype])
         if sinks is not None:
-            return self._bind(SINK_OP, b.o, q, k, v, m._row_t if windowed else self.full_t,
+            return self._bind(op, b.o, q, k, v, m._row_t if windowed else self.full_t,
                               sinks, scale=scale)
-        if windowed:
-            return self._bind(WINDOW_OP, b.o, q, k, v, m._row_t, scale=scale)
-        return self._bind("attention_cached", b.o, q, k, v, m._pos_t, scale=scale)
+        return self._bind(op, b.o, q, k, v, m._row_t if windowed else m._pos_t, scale=scale)
 
     def _post(self, i: int, role: str) -> list[Call]:
         w = self.model.net.opt(i, role)

@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from strata.errors import InputError
 from strata.kernels.dispatch import FALLBACK, KERNEL, VENDOR, Decision, resolve
 from strata.models.spec import ModelSpec
 
@@ -46,20 +47,37 @@ LAYER_OPS = ("rmsnorm", "rope", "attention_cached", "silu_mul")
 GLU_OPS = {"silu": "silu_mul", "gelu": "gelu_mul", "swiglu_oai": "swiglu_oai"}
 WINDOW_OP = "attention_window"  # the sliding-window layers' attention
 SINK_OP = "attention_sinks"  # gpt-oss's attention (sinks; windowed or not), every layer's
+# K/V cache element type (llama.cpp's -ctk/-ctv names) -> the suffix of the attention ops
+# that read such a cache
+KV_CACHE_OPS = {"f32": "", "f16": "_f16"}
 
 
-def layer_ops(arch: str | None = None, windowed: bool = False) -> list[str]:
+def attention_op(sinks: bool, windowed: bool, kv: str = "f32") -> str:
+    """The attention op of a layer: with sinks (either kind of layer), windowed, or plain
+    causal — over a cache of element type `kv` (a KV_CACHE_OPS key)."""
+    base = SINK_OP if sinks else WINDOW_OP if windowed else "attention_cached"
+    if kv not in KV_CACHE_OPS:
+        raise InputError(f"K/V cache type {kv}: the lab's attention reads a "
+                         f"{' or '.join(KV_CACHE_OPS)} cache")
+    return base + KV_CACHE_OPS[kv]
+
+
+def layer_ops(arch: str | None = None, windowed: bool = False, kv: str = "f32") -> list[str]:
     """The ops every layer of architecture `arch` runs (a Llama's when it is not declared):
     its MLP's gate op, and the sliding-window attention where some layers are windowed (or
-    the attention with sinks, which serves both kinds of layer)."""
+    the attention with sinks, which serves both kinds of layer), each attention op the one
+    that reads a `kv` cache."""
     from strata.models import arch as registry
 
     a = registry.find(arch)
     glu = GLU_OPS.get(a.activation, "silu_mul") if a is not None else "silu_mul"
     out = [op if op != "silu_mul" else glu for op in LAYER_OPS]
     if a is not None and a.has("sinks"):
-        return [SINK_OP if op == "attention_cached" else op for op in out]
-    return [*out, WINDOW_OP] if windowed else out
+        out = [SINK_OP if op == "attention_cached" else op for op in out]
+    elif windowed:
+        out = [*out, WINDOW_OP]
+    suffix = KV_CACHE_OPS[kv]
+    return [op + suffix if op.startswith("attention_") else op for op in out]
 # storage types of 1-D tensors (norms, biases) the loader widens to float32 itself
 VECTOR_TYPES = ("F32", "F16")
 
@@ -205,13 +223,13 @@ def _blockers(spec: ModelSpec) -> list[str]:
 
 
 def coverage(spec_or_types: ModelSpec | Iterable[str], device: str,
-             host: KernelHost) -> Coverage:
+             host: KernelHost, kv: str = "f32") -> Coverage:
     """What would serve each op of the model on `device` (a dispatch device key: cpu,
-    cuda:0, rocm:0) of `host`, by the verdicts stored for it."""
+    cuda:0, rocm:0) of `host` over a `kv` K/V cache, by the verdicts stored for it."""
     is_spec = isinstance(spec_or_types, ModelSpec)
     types = matrix_types(spec_or_types) if is_spec else list(spec_or_types)
-    layer = layer_ops(spec_or_types.arch, spec_or_types.windowed_layers() > 0) if is_spec \
-        else LAYER_OPS
+    layer = layer_ops(spec_or_types.arch, spec_or_types.windowed_layers() > 0, kv) \
+        if is_spec else layer_ops(kv=kv)
     ops, unread = ops_for(types, layer)
     cov = Coverage(device, [], unread, _blockers(spec_or_types) if is_spec else [])
     for op in ops:
@@ -223,9 +241,9 @@ def coverage(spec_or_types: ModelSpec | Iterable[str], device: str,
     return cov
 
 
-def host_coverage(spec: ModelSpec, host: KernelHost) -> list[Coverage]:
+def host_coverage(spec: ModelSpec, host: KernelHost, kv: str = "f32") -> list[Coverage]:
     """Coverage on every device of the host (cpu first)."""
-    return [coverage(spec, d.key, host) for d in host.caps.devices]
+    return [coverage(spec, d.key, host, kv) for d in host.caps.devices]
 
 
 # -- strata fit -B lab ----------------------------------------------------------------------
@@ -244,8 +262,9 @@ def section(cov: Coverage, ref: str) -> FitSection:
                       {"coverage": cov.to_dict()})
 
 
-def fit_sections(model: ResolvedModel, host: KernelHost) -> list[FitSection]:
-    """The op coverage of every device of this host (the lab backend's `sections` rule)."""
+def fit_sections(model: ResolvedModel, host: KernelHost, kv: str) -> list[FitSection]:
+    """The op coverage of every device of this host over a `kv` K/V cache (the lab
+    backend's `sections` rule)."""
     spec = model.spec_for("gguf")
     assert spec is not None  # the lab's runtime rule refused a model without a GGUF form
-    return [section(c, model.ref) for c in host_coverage(spec, host)]
+    return [section(c, model.ref) for c in host_coverage(spec, host, kv)]

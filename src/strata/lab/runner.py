@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 RUNNER_SOURCE = Path(__file__).parent / "csrc" / "runner.c"
-STEP_KERNEL, STEP_ADD, STEP_KV_STORE = 0, 1, 2
+STEP_KERNEL, STEP_ADD, STEP_KV_STORE, STEP_KV_STORE_F16 = 0, 1, 2, 3
 MAX_INTS, MAX_FLOATS = 16, 4  # csrc/runner.c's entry prototype
 GLUE = "glue"  # Step.op of everything that is not a lab kernel
 
@@ -81,17 +81,20 @@ def add_step(x: torch.Tensor, y: torch.Tensor) -> Step:
 
 
 def kv_step(cache: torch.Tensor, src: torch.Tensor, at: torch.Tensor) -> Step:
-    """src [heads, d] into cache [heads, rows, d] at the row held by at[0] (int64, read
-    when the step runs: the position changes every token, the step does not)."""
+    """src [heads, d] into cache [heads, rows, d] (float32, or float16: rounded to nearest
+    even) at the row held by at[0] (int64, read when the step runs: the position changes
+    every token, the step does not)."""
     def call() -> None:
         cache[:, int(at[0])].copy_(src)
 
     heads, rows, d = cache.shape
+    kind = {torch.float32: STEP_KV_STORE, torch.float16: STEP_KV_STORE_F16}.get(cache.dtype)
     native = None
-    if _flat_f32_cpu(cache, src) and src.numel() == heads * d and at.dtype == torch.int64 \
-            and at.device.type == "cpu":
-        native = Native(STEP_KV_STORE, ints=(cache.data_ptr(), src.data_ptr(), heads, rows, d,
-                                             at.data_ptr()), name="kv_store")
+    if kind is not None and _flat_f32_cpu(src) and cache.device.type == "cpu" \
+            and cache.is_contiguous() and src.numel() == heads * d \
+            and at.dtype == torch.int64 and at.device.type == "cpu":
+        native = Native(kind, ints=(cache.data_ptr(), src.data_ptr(), heads, rows, d,
+                                    at.data_ptr()), name="kv_store")
     return Step(GLUE, call, native)
 
 

@@ -14,7 +14,8 @@ if TYPE_CHECKING:
     from strata.hardware.profile import HostProfile
     from strata.models.spec import ModelSpec
 
-KV_TYPE = "f32"  # the lab's KV cache is float32 (what attention_cached reads)
+KV_TYPE = "f16"  # the lab's default K/V cache, llama.cpp's (-ctk/-ctv f32: float32)
+KV_TYPES = ("f16", "f32")  # what the lab's attention ops read (attention_cached[_f16] ...)
 UBATCH = 512  # strata.lab.model.UBATCH (that module imports torch): tokens per prefill chunk
 F32 = 4
 
@@ -25,12 +26,13 @@ def _device(config: LoadConfig) -> str:
 
 # -- fit rules --------------------------------------------------------------------------------
 # Weights: the GGUF's bytes as stored (read into memory once; no dequantised copy), as for
-# llama.cpp. KV: float32, 2·layers·kv_heads·head_dim·ctx·4 B. Neither llama.cpp's nor torch's
-# buffer rule describes the lab: llama.cpp reserves a whole graph (an f16 score copy, all-
-# logits worst case) and torch runs the whole prompt at once with a ctx² mask, while the lab
-# prefills in 512-token chunks, one layer's f32 intermediates at a time, and asks logits of one
-# token. So buffers get the lab's own rule, the same on both device kinds; overheads are the
-# torch backend's (the same torch runtime: 100 MiB on the CPU, a 512 MiB context prior per GPU).
+# llama.cpp. KV: 2·layers·kv_heads·head_dim·ctx elements of -ctk's type (f16, or f32). Neither
+# llama.cpp's nor torch's buffer rule describes the lab: llama.cpp reserves a whole graph (an
+# f16 score copy, all-logits worst case) and torch runs the whole prompt at once with a ctx²
+# mask, while the lab prefills in 512-token chunks, one layer's f32 intermediates at a time, and
+# asks logits of one token. So buffers get the lab's own rule, the same on both device kinds;
+# overheads are the torch backend's (the same torch runtime: 100 MiB on the CPU, a 512 MiB
+# context prior per GPU).
 
 
 def _attention_floats(spec: ModelSpec, ctx: int) -> int:
@@ -62,8 +64,8 @@ _BUFFERS_TEXT = (
     "tables) + 4·vocab B (one token's logits): one 512-token prefill chunk, one layer's f32 "
     "intermediates at a time, with the f32 scores and bool mask torch makes when it serves "
     "attention_cached; a rule, not checked against real allocations",
-    "lab KV cache = 2·layers·kv_heads·head_dim·ctx x 4 B (float32; ctx counted in steps of "
-    "256 as for llama.cpp: at most 255 positions over)")
+    "lab KV cache = 2·layers·kv_heads·head_dim·ctx x 2 B (f16, -ctk f32: 4 B; ctx counted in "
+    "steps of 256 as for llama.cpp: at most 255 positions over)")
 
 
 def _rules() -> tuple[DeviceRules, DeviceRules]:
@@ -100,8 +102,9 @@ def _runtime(model: ResolvedModel, _host: HostProfile, _kind: str,
                          "(convert_hf_to_gguf.py) or use --backend torch")
     spec = model.spec_for("gguf")
     assert spec is not None
-    return Runtime(spec, kv_type or KV_TYPE, None,
-                   ["lab holds the weights as stored in the GGUF and K/V in float32"])
+    kv = kv_type or KV_TYPE
+    return Runtime(spec, kv, None, ["lab holds the weights as stored in the GGUF and K/V in "
+                                    f"{'float16' if kv == 'f16' else 'float32'}"])
 
 
 def _quant(model: ResolvedModel, rt: Runtime, quant: str) -> QuantSpec:
@@ -124,7 +127,7 @@ def _fit() -> BackendRules:
 
     quants = tuple(q for q in QUANTS if reads(q))
     cpu, gpu = _rules()
-    return BackendRules("lab", (KV_TYPE,), quants, False, {"cpu": cpu, "gpu": gpu}, _runtime,
+    return BackendRules("lab", KV_TYPES, quants, False, {"cpu": cpu, "gpu": gpu}, _runtime,
                         _quant, sections=fit_sections, window_cells=_window_cells)
 
 
@@ -164,5 +167,5 @@ def _check(model: ResolvedModel) -> str | None:
 DESCRIPTOR = BackendDescriptor(
     name="lab", factory="strata.backends.lab:LabBackend", accepts=("gguf",),
     help="GGUF on the kernel lab's verified kernels, weights as stored", order=30,
-    options=("threads", "device", "n_ctx"), device=_device, fit=_fit, scoring=SCORING,
-    auto=False, check=_check)
+    options=("threads", "device", "n_ctx", "kv_type", "kv_type_v"), device=_device, fit=_fit,
+    scoring=SCORING, auto=False, check=_check)

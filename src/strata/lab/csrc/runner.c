@@ -20,7 +20,7 @@
 #define MAX_INTS 16
 #define MAX_FLOATS 4
 
-enum { STEP_KERNEL = 0, STEP_ADD = 1, STEP_KV_STORE = 2 };
+enum { STEP_KERNEL = 0, STEP_ADD = 1, STEP_KV_STORE = 2, STEP_KV_STORE_F16 = 3 };
 
 typedef struct {
     int64_t kind;
@@ -48,6 +48,19 @@ static int kv_store(float *cache, const float *src, int64_t heads, int64_t rows,
     return 0;
 }
 
+/* kv_store into a float16 cache: each value rounded to nearest even (as torch's .to(float16),
+   which the step's Python fallback uses) */
+static int kv_store_f16(_Float16 *cache, const float *src, int64_t heads, int64_t rows,
+                        int64_t d, const int64_t *at) {
+    const int64_t row = *at;
+    if (row < 0 || row >= rows) return -1;
+    for (int64_t h = 0; h < heads; h++) {
+        _Float16 *dst = cache + (h * rows + row) * d;
+        for (int64_t i = 0; i < d; i++) dst[i] = (_Float16)src[h * d + i];
+    }
+    return 0;
+}
+
 /* Run steps[0..n): -1 when every step ran, else the index of the step that refused. */
 int64_t strata_run(const strata_step *steps, int64_t n) {
     for (int64_t i = 0; i < n; i++) {
@@ -65,6 +78,11 @@ int64_t strata_run(const strata_step *steps, int64_t n) {
         case STEP_KV_STORE:
             if (kv_store((float *)a[0], (const float *)a[1], a[2], a[3], a[4],
                          (const int64_t *)a[5]))
+                return i;
+            break;
+        case STEP_KV_STORE_F16:
+            if (kv_store_f16((_Float16 *)a[0], (const float *)a[1], a[2], a[3], a[4],
+                             (const int64_t *)a[5]))
                 return i;
             break;
         default:

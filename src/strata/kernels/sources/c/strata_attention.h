@@ -1,7 +1,8 @@
 /* strata_attention.h: the attention building blocks the built-in `c` attention kernels
  * share (attention, attention_lse, attention_backward: q.k scores and P.V rows; decode_attention
  * attention_cached, attention_window and attention_sinks: the flash-decoding quad and its
- * driver, with an optional sink logit per query head). Hashed with each user like strata_simd.h.
+ * driver, with an optional sink logit per query head; the *_f16 ones, the same over a float16
+ * cache: STRATA_KV_HALF). Hashed with each user like strata_simd.h.
  * The functions are `static` (not inline: the compiler decides, as it did when each kernel
  * held its own copy); a kernel that leaves one unused gets no code for it. */
 #ifndef STRATA_ATTENTION_H
@@ -12,6 +13,26 @@
 #include "strata_simd.h"
 
 #define STRATA_UNUSED __attribute__((unused))
+
+/* The K/V cache's element type for the flash-decoding quad and its driver (decode_quad_sinks,
+   cached_item, cached_attention_sinks): float, or IEEE binary16 (uint16_t, converted with
+   F16C as it is loaded) where the including kernel defines STRATA_KV_HALF first — the
+   *_f16 attention kernels, whose caches hold float16. Queries, scores and sums stay float. */
+#ifdef STRATA_KV_HALF
+typedef uint16_t kv_t;
+#define KV_LOAD(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
+/* the first n (< 8) elements at p, zeros after them (what a masked float load gives) */
+static inline __m256 kv_load_tail(const kv_t *p, int64_t n) {
+    uint16_t h[8] = {0};
+    for (int64_t i = 0; i < n; i++) h[i] = p[i];
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)h));
+}
+#define KV_MASKLOAD(p, m, n) kv_load_tail((p), (n))
+#else
+typedef float kv_t;
+#define KV_LOAD(p) _mm256_loadu_ps(p)
+#define KV_MASKLOAD(p, m, n) _mm256_maskload_ps((p), (m))
+#endif
 
 /* p[s] = q . k[s] for s < n (unscaled). */
 static STRATA_UNUSED void qk_scores(float *p, const float *q, const float *k, int64_t n, int64_t D) {
@@ -88,7 +109,7 @@ static STRATA_UNUSED void pv_accum(float *o, const float *p, const float *v, int
    query's sink logit (gpt-oss): after the keys it joins the running max and the sum, not the
    values and unscaled, as ggml's flash_attn_ext with sinks (a sink of -inf adds nothing). */
 static STRATA_UNUSED void decode_quad_sinks(float *const o[4], const float *const qp[4],
-                                            const float *kh, const float *vh, int64_t S,
+                                            const kv_t *kh, const kv_t *vh, int64_t S,
                                             int64_t D, float scale, int nq, float *acc,
                                             const float *sink) {
     float sc[DEC_BS * 4] __attribute__((aligned(32)));  /* layout [s][j] */
@@ -101,16 +122,16 @@ static STRATA_UNUSED void decode_quad_sinks(float *const o[4], const float *cons
 
     for (int64_t s0 = 0; s0 < S; s0 += DEC_BS) {
         int64_t n = S - s0 < DEC_BS ? S - s0 : DEC_BS;
-        const float *kb = kh + s0 * D, *vb = vh + s0 * D;
+        const kv_t *kb = kh + s0 * D, *vb = vh + s0 * D;
         /* scores for this block */
         int64_t s = 0;
         for (; s + 2 <= n; s += 2) {
-            const float *ka = kb + s * D, *kc = ka + D;
+            const kv_t *ka = kb + s * D, *kc = ka + D;
             __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
             __m256 b0 = a0, b1 = a0, b2 = a0, b3 = a0;
             int64_t d = 0;
             for (; d < D8; d += 8) {
-                __m256 x = _mm256_loadu_ps(ka + d), y = _mm256_loadu_ps(kc + d);
+                __m256 x = KV_LOAD(ka + d), y = KV_LOAD(kc + d);
                 __m256 v0 = _mm256_loadu_ps(q0 + d), v1 = _mm256_loadu_ps(q1 + d);
                 a0 = _mm256_fmadd_ps(v0, x, a0); b0 = _mm256_fmadd_ps(v0, y, b0);
                 a1 = _mm256_fmadd_ps(v1, x, a1); b1 = _mm256_fmadd_ps(v1, y, b1);
@@ -119,7 +140,7 @@ static STRATA_UNUSED void decode_quad_sinks(float *const o[4], const float *cons
                 a3 = _mm256_fmadd_ps(v3, x, a3); b3 = _mm256_fmadd_ps(v3, y, b3);
             }
             if (d < D) {
-                __m256 x = _mm256_maskload_ps(ka + d, dm), y = _mm256_maskload_ps(kc + d, dm);
+                __m256 x = KV_MASKLOAD(ka + d, dm, D - D8), y = KV_MASKLOAD(kc + d, dm, D - D8);
                 __m256 v0 = _mm256_maskload_ps(q0 + d, dm), v1 = _mm256_maskload_ps(q1 + d, dm);
                 a0 = _mm256_fmadd_ps(v0, x, a0); b0 = _mm256_fmadd_ps(v0, y, b0);
                 a1 = _mm256_fmadd_ps(v1, x, a1); b1 = _mm256_fmadd_ps(v1, y, b1);
@@ -131,18 +152,18 @@ static STRATA_UNUSED void decode_quad_sinks(float *const o[4], const float *cons
             _mm_store_ps(sc + s * 4 + 4, _mm_mul_ps(hsum4x8(b0, b1, b2, b3), scv));
         }
         if (s < n) {
-            const float *ka = kb + s * D;
+            const kv_t *ka = kb + s * D;
             __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
             int64_t d = 0;
             for (; d < D8; d += 8) {
-                __m256 x = _mm256_loadu_ps(ka + d);
+                __m256 x = KV_LOAD(ka + d);
                 a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q0 + d), x, a0);
                 a1 = _mm256_fmadd_ps(_mm256_loadu_ps(q1 + d), x, a1);
                 a2 = _mm256_fmadd_ps(_mm256_loadu_ps(q2 + d), x, a2);
                 a3 = _mm256_fmadd_ps(_mm256_loadu_ps(q3 + d), x, a3);
             }
             if (d < D) {
-                __m256 x = _mm256_maskload_ps(ka + d, dm);
+                __m256 x = KV_MASKLOAD(ka + d, dm, D - D8);
                 a0 = _mm256_fmadd_ps(_mm256_maskload_ps(q0 + d, dm), x, a0);
                 a1 = _mm256_fmadd_ps(_mm256_maskload_ps(q1 + d, dm), x, a1);
                 a2 = _mm256_fmadd_ps(_mm256_maskload_ps(q2 + d, dm), x, a2);
@@ -184,8 +205,8 @@ static STRATA_UNUSED void decode_quad_sinks(float *const o[4], const float *cons
             __m256 x2 = _mm256_mul_ps(_mm256_loadu_ps(c2 + d), al2), y2 = _mm256_mul_ps(_mm256_loadu_ps(c2 + d + 8), al2);
             __m256 x3 = _mm256_mul_ps(_mm256_loadu_ps(c3 + d), al3), y3 = _mm256_mul_ps(_mm256_loadu_ps(c3 + d + 8), al3);
             for (s = 0; s < n; s++) {
-                const float *vr = vb + s * D + d;
-                __m256 va = _mm256_loadu_ps(vr), vc = _mm256_loadu_ps(vr + 8);
+                const kv_t *vr = vb + s * D + d;
+                __m256 va = KV_LOAD(vr), vc = KV_LOAD(vr + 8);
                 const float *ps = sc + s * 4;
                 __m256 p0 = _mm256_broadcast_ss(ps), p1 = _mm256_broadcast_ss(ps + 1);
                 x0 = _mm256_fmadd_ps(p0, va, x0); y0 = _mm256_fmadd_ps(p0, vc, y0);
@@ -206,7 +227,7 @@ static STRATA_UNUSED void decode_quad_sinks(float *const o[4], const float *cons
             __m256 x2 = _mm256_mul_ps(_mm256_maskload_ps(c2 + d, m), al2);
             __m256 x3 = _mm256_mul_ps(_mm256_maskload_ps(c3 + d, m), al3);
             for (s = 0; s < n; s++) {
-                __m256 va = _mm256_maskload_ps(vb + s * D + d, m);
+                __m256 va = KV_MASKLOAD(vb + s * D + d, m, D - d < 8 ? D - d : 8);
                 const float *ps = sc + s * 4;
                 x0 = _mm256_fmadd_ps(_mm256_broadcast_ss(ps), va, x0);
                 x1 = _mm256_fmadd_ps(_mm256_broadcast_ss(ps + 1), va, x1);
@@ -237,8 +258,8 @@ static STRATA_UNUSED void decode_quad_sinks(float *const o[4], const float *cons
 }
 
 /* decode_quad_sinks without sinks (decode_attention's quad). */
-static STRATA_UNUSED void decode_quad(float *const o[4], const float *const qp[4], const float *kh,
-                        const float *vh, int64_t S, int64_t D, float scale, int nq, float *acc) {
+static STRATA_UNUSED void decode_quad(float *const o[4], const float *const qp[4], const kv_t *kh,
+                        const kv_t *vh, int64_t S, int64_t D, float scale, int nq, float *acc) {
     decode_quad_sinks(o, qp, kh, vh, S, D, scale, nq, acc, NULL);
 }
 
@@ -246,8 +267,8 @@ static STRATA_UNUSED void decode_quad(float *const o[4], const float *const qp[4
    `item` = ((g * quads + quad) * T + t): queries of heads g*G + 4*quad + j, row t, over keys
    0..P+t of kv head g — or, with a window W > 0, over its last W keys only (rows
    P+t-W+1..P+t; earlier rows never touched); sinks: NULL or [H], head h's sink logit. */
-static STRATA_UNUSED void cached_item(float *out, const float *q, const float *k,
-                                      const float *v, const float *sinks, int64_t H,
+static STRATA_UNUSED void cached_item(float *out, const float *q, const kv_t *k,
+                                      const kv_t *v, const float *sinks, int64_t H,
                                       int64_t Hkv, int64_t T, int64_t C, int64_t D, int64_t P,
                                       int64_t W, float scale, int64_t item, int64_t quads,
                                       float *acc) {
@@ -278,8 +299,8 @@ static STRATA_UNUSED void cached_item(float *out, const float *q, const float *k
    [H]; NULL: none): every work item, in parallel (OpenMP, over heads and query rows) when
    the work amortises a team; every item is computed the same way on any thread, so results
    do not depend on the thread count. */
-static STRATA_UNUSED void cached_attention_sinks(float *out, const float *q, const float *k,
-                                                 const float *v, const float *sinks,
+static STRATA_UNUSED void cached_attention_sinks(float *out, const float *q, const kv_t *k,
+                                                 const kv_t *v, const float *sinks,
                                                  int64_t P, int64_t W, int64_t H, int64_t Hkv,
                                                  int64_t T, int64_t C, int64_t D, float scale) {
     if (H <= 0 || T <= 0 || D <= 0 || Hkv <= 0) return;
@@ -306,8 +327,8 @@ static STRATA_UNUSED void cached_attention_sinks(float *out, const float *q, con
 }
 
 /* cached_attention_sinks without sinks (attention_cached, attention_window). */
-static STRATA_UNUSED void cached_attention(float *out, const float *q, const float *k,
-                                           const float *v, int64_t P, int64_t W, int64_t H,
+static STRATA_UNUSED void cached_attention(float *out, const float *q, const kv_t *k,
+                                           const kv_t *v, int64_t P, int64_t W, int64_t H,
                                            int64_t Hkv, int64_t T, int64_t C, int64_t D,
                                            float scale) {
     cached_attention_sinks(out, q, k, v, NULL, P, W, H, Hkv, T, C, D, scale);
