@@ -375,8 +375,8 @@ def test_bad_requests_get_openai_errors_and_one_log_line(api: Any, route: str,
 
 def test_defaults_and_what_reaches_the_ring(api: Any) -> None:
     """Greedy unless asked; a sampled request without a seed gets one; ignore_eos turns
-    off the end-of-generation stop; no model named: the one served. /health needs no
-    token; GET on a POST route is refused."""
+    off the end-of-generation stop; no model named: the one served; the stages' K/V cache
+    f16 as `ring run`'s. /health needs no token; GET on a POST route is refused."""
     node, _server, url = api
     node.stages.gate.set()
     for body in ({"prompt": "a"}, {"prompt": "a", "temperature": 0.7, "ignore_eos": True}):
@@ -384,7 +384,7 @@ def test_defaults_and_what_reaches_the_ring(api: Any) -> None:
                           timeout=10).status_code == 200
     greedy, sampled = node.stages.calls
     assert greedy == {"model": "m.gguf", "prompt": "a", "n": 16, "temperature": 0.0,
-                      "seed": None, "stop_eog": True}
+                      "seed": None, "stop_eog": True, "kv_type": "f16"}  # ring run's default
     assert isinstance(sampled["seed"], int) and sampled["stop_eog"] is False
     assert httpx.get(url + "/health", timeout=5).json() == {"status": "ok"}
     assert httpx.get(url + "/v1/completions", headers=AUTH, timeout=5).status_code == 405

@@ -264,12 +264,13 @@ PROMPT = "The ring turns"
 
 def _run(ring: Ring, at: str, n: int, heard: list[dict[str, Any]] | None = None,
          **extra: Any) -> dict[str, Any]:
-    """A generation asked of daemon `at` (the CLI's request, without its start-up); with
-    `heard`, streamed: each token's message is appended to it as it comes."""
+    """A generation asked of daemon `at` (the CLI's request, its default f16 K/V cache
+    included, without its start-up); with `heard`, streamed: each token's message is
+    appended to it as it comes."""
     return wire.request("127.0.0.1", ring.ports[at],
                         {"op": "run", "model": MODEL, "prompt": PROMPT, "n": n,
-                         "stream": heard is not None, **extra}, timeout_s=120,
-                        on_progress=None if heard is None else heard.append)
+                         "stream": heard is not None, "kv_type": "f16", **extra},
+                        timeout_s=120, on_progress=None if heard is None else heard.append)
 
 
 def test_runs_equal_one_process_and_survive_a_lost_member(ring: Ring) -> None:
@@ -311,6 +312,8 @@ def test_runs_equal_one_process_and_survive_a_lost_member(ring: Ring) -> None:
     held = ring.status("a")["stage"]  # a's share of the last run, and how it computes it
     assert (held["first"], held["last"], held["ops"]) == (two["stages"][0]["first"],
                                                           two["stages"][0]["last"], "lab")
+    # ring run's default K/V cache, llama.cpp's: f16 in every stage (and said so)
+    assert two["kv_type"] == held["kv"] == "f16" and "K/V cache f16" in table, table
     assert held["on_torch"] == [] and "every op verified here" in table, (held, table)
 
     # Another model file on a member: the order is refused with the reason.

@@ -290,6 +290,11 @@ def test_the_plan_sizes_shares_as_the_stages_hold_them() -> None:
             for s in plan.stages:
                 assert stage.stage_bytes(spec, s.first, s.last, CTX) == (s.weight_bytes,
                                                                          s.kv_bytes)
+        # a float16 cache (ring run --kv-type f16): half the KV bytes, counted by the plan
+        for s in plan_ring(ref, caps, CTX, kv_elem_bytes=2).stages:
+            weights, kv = stage.stage_bytes(spec, s.first, s.last, CTX, kv="f16")
+            assert (weights, kv) == (s.weight_bytes, s.kv_bytes) and kv > 0
+            assert 2 * kv == stage.stage_bytes(spec, s.first, s.last, CTX)[1]
 
 
 # -- members and links ------------------------------------------------------------------------
@@ -370,7 +375,8 @@ def test_cli_two_emulated_nodes_table_and_json(strata_home: Path) -> None:
     code, text = cli("synthetic:tiny@f32", *nodes, "--link", "0.2:1000", home=strata_home)
     assert code == 0, text
     assert "0-0 +embd" in text and "1-1 +head" in text and "t/s at ctx 256" in text
-    code, text = cli("synthetic:tiny@f32", *nodes, "--json", home=strata_home)
+    code, text = cli("synthetic:tiny@f32", *nodes, "--kv-type", "f32", "--json",
+                     home=strata_home)
     assert code == 0, text
     doc = json.loads(text)
     check(doc, "ring.plan")
@@ -381,6 +387,12 @@ def test_cli_two_emulated_nodes_table_and_json(strata_home: Path) -> None:
     assert [(s["member"], s["memory_bytes"]) for s in doc["stages"]] == [("a", FIRST),
                                                                          ("b", LAST)]
     assert doc["predicted_ms"] is None  # links not measured, none given: no total
+    # ring run's default f16 cache: each share's K and V at 2 bytes an element
+    code, text = cli("synthetic:tiny@f32", *nodes, "--json", home=strata_home)
+    assert [s["memory_bytes"] for s in json.loads(text)["stages"]] == [
+        FIRST - KV_BLOCK // 2, LAST - KV_BLOCK // 2]
+    code, text = cli("synthetic:tiny@f32", *nodes, "--kv-type", "q8_0", home=strata_home)
+    assert code == 2 and "--kv-type q8_0: choose one of f32, f16" in text, text
     code, text = cli("synthetic:tiny@f32", *nodes, "-o", "jsonl", home=strata_home)
     records = [json.loads(line) for line in text.splitlines()]
     for r in records:

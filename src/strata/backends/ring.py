@@ -109,6 +109,7 @@ class RingBackend:
         self._last: dict[str, Any] = {}  # the last request's reply (its plan, links, losses)
         self._outside_s: list[float] = []
         self._lost: list[dict[str, Any]] = []  # members lost during this load's requests
+        self._kv = "f16"  # every stage's K/V cache (-ctk/-ctv), set by load()
 
     # Backend protocol ---------------------------------------------------------------------
 
@@ -121,6 +122,7 @@ class RingBackend:
                                            if p.get("state") == "live" and p.get("member"))]
         self._leader = status.get("leader")
         self.model_ref = model_argument(model)
+        self._kv = config.kv_type  # bench_options refused a pair the stages cannot hold
         spec = model.spec_for("gguf")
         assert spec is not None
         self._bos, special = special_ids(model.path("gguf", "ring"), spec.vocab)
@@ -140,7 +142,8 @@ class RingBackend:
                             .tolist(), self._bos)
         prompt = list(request.prompt_tokens) or gen[:1]
         n = request.n_gen + 1 if request.prompt_tokens else request.n_gen
-        msg = {"op": "run", "model": self.model_ref, "prompt_ids": prompt, "n": n}
+        msg = {"op": "run", "model": self.model_ref, "prompt_ids": prompt, "n": n,
+               "kv_type": self._kv}
         for attempt in range(RETRIES + 1):
             t0 = time.perf_counter_ns()
             reply = ask(*self.addr, msg, timeout_s=SILENCE_S, connect_timeout_s=STATUS_S)
@@ -164,8 +167,9 @@ class RingBackend:
 
     def info(self) -> dict[str, Any]:
         return {"device": _device_text(self._last), "threads": None,
-                "kv_dtype": "float32", "dtype": "float32",
-                "weights": "float32 on every member (strata.ring.runtime.stage)",
+                "kv_dtype": self._kv, "dtype": "float32",
+                "weights": "as each member's stage holds them (strata.ring.runtime.stage: "
+                           "as stored under lab ops, float32 under torch ops)",
                 "gen_inputs": GEN_INPUTS_NOTE, "ring": self._ring_info()}
 
     def close(self) -> None:

@@ -205,6 +205,10 @@ def run(
         "template (tokenizer.chat_template, through llama.cpp), the reply's start "
         "included, as llama-cli's conversation mode; the reply ends at the model's "
         "end-of-turn token, as llama-cli's does.")] = False,
+    kv_type: Annotated[str, typer.Option(
+        "--kv-type", metavar="TYPE", help="Every stage's K/V cache: f16 (llama.cpp's "
+        "default: half the bytes of f32, each row rounded once as it is written) or f32. "
+        "The plan counts it.")] = "f16",
     connect: ConnectOption = f"127.0.0.1:{DEFAULT_PORT}",
     timeout: Annotated[float, typer.Option(
         "--timeout", metavar="SECONDS", help="Give up after this long without a word from "
@@ -238,7 +242,7 @@ def run(
         sys.stdout.write(piece)
         sys.stdout.flush()
     reply = ring_run(model, prompt, n_predict, seed, temperature, connect, timeout, chat,
-                     on_text=show if live else None)
+                     on_text=show if live else None, kv_type=kv_type)
     if live:
         sys.stdout.write("\n")
     emit(out, chosen, [run_record(reply)], document=reply, md_columns=RUN_COLUMNS,

@@ -60,7 +60,10 @@ def plan(
         show_default=False)] = None,
     ops: Annotated[str, typer.Option(
         "--ops", help="How the members' stages compute (strata ring serve --ops): lab holds "
-        "the weights as stored in the file; torch dequantises them to float32 first.")] = "lab",
+        "the weights as stored in the file; torch makes float32 copies.")] = "lab",
+    kv_type: Annotated[str, typer.Option(
+        "--kv-type", metavar="TYPE", help="The stages' K/V cache (ring run "
+        "--kv-type): f16, 2 bytes an element, or f32, 4.")] = "f16",
     fmt: FormatOption = None,
     json_out: JsonOption = False,
     db: DbOption = None,
@@ -87,6 +90,7 @@ def plan(
     chosen = output_format(fmt, json_out)
     use_secret(secret_file)
     result = ring_plan(PlanOptions(model, node or [], members_file or [], connect=connect,
-                                   mem_cap=mem_cap, link=link, ctx=ctx, ops=ops, db=db), err)
+                                   mem_cap=mem_cap, link=link, ctx=ctx, ops=ops, db=db,
+                                   kv_type=kv_type), err)
     emit(out, chosen, result.records(), document=result.to_json(), md_columns=MD_FIELDS,
          table=lambda: print_plan(result, out))

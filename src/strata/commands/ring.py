@@ -187,7 +187,7 @@ def status(connect: str, timeout: float) -> dict[str, Any]:
 
 def run(model: str, prompt: str, n_predict: str, seed: int | None, temperature: float,
         connect: str, timeout: float, chat: bool = False,
-        on_text: Callable[[str], None] | None = None) -> dict[str, Any]:
+        on_text: Callable[[str], None] | None = None, kv_type: str = "f16") -> dict[str, Any]:
     """`strata ring run`: one generation across the ring, asked of the daemon at `connect`
     (it passes the request to the leader); `on_text` hears the text as it is generated.
     Under `chat` the reply ends at the model's end-of-turn token."""
@@ -196,11 +196,22 @@ def run(model: str, prompt: str, n_predict: str, seed: int | None, temperature: 
         raise InputError(f"-n {n_predict}: give a whole number of tokens >= 1")
     if temperature < 0:
         raise InputError(f"--temperature {temperature}: must be >= 0")
+    _kv_bytes(kv_type)
     msg = {"op": "run", "model": model, "prompt": prompt, "n": int(n_predict), "seed": seed,
            "temperature": temperature, "chat": chat, "stop_eog": chat,
-           "stream": on_text is not None}
+           "stream": on_text is not None, "kv_type": kv_type}
     return _ask(connect, msg, timeout, None if on_text is None else
                 lambda piece: on_text(str(piece.get("text", ""))))
+
+
+def _kv_bytes(kv_type: str) -> int:
+    """Bytes of one element of a `kv_type` K/V cache; InputError for a type the stages
+    cannot hold."""
+    from strata.engine.executor import KV_DTYPES
+
+    if kv_type not in KV_DTYPES:
+        raise InputError(f"--kv-type {kv_type}: choose one of {', '.join(KV_DTYPES)}")
+    return KV_DTYPES[kv_type].itemsize
 
 
 # -- plan ---------------------------------------------------------------------------------
@@ -218,6 +229,7 @@ class PlanOptions:
     ctx: int | None = None
     ops: str = "lab"
     db: Path | None = None
+    kv_type: str = "f16"  # the stages' K/V cache, as `ring run --kv-type`
 
 
 def plan(o: PlanOptions, console: Console) -> RingPlan:
@@ -227,6 +239,7 @@ def plan(o: PlanOptions, console: Console) -> RingPlan:
 
     if o.ops not in HELD_DTYPE:
         raise InputError(f"--ops {o.ops}: choose one of {', '.join(HELD_DTYPE)}")
+    elem = _kv_bytes(o.kv_type)
     _runnable(o.model, o.ops)
     if o.mem_cap is not None:
         _positive("--mem-cap", o.mem_cap)
@@ -240,7 +253,8 @@ def plan(o: PlanOptions, console: Console) -> RingPlan:
     times, missing, why = _daemon_times(o.connect, o.model, console) \
         if o.connect is not None else ({}, {}, "")
     result = plan_ring(o.model, members, DEFAULT_CTX if o.ctx is None else o.ctx, links,
-                       weights_dtype=HELD_DTYPE[o.ops], measured=times)
+                       weights_dtype=HELD_DTYPE[o.ops], measured=times,
+                       kv_elem_bytes=elem)
     if o.connect is not None:
         from strata.ring.control.layer_time import estimate_notes
 

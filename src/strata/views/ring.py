@@ -94,7 +94,8 @@ def stage_line(reply: dict[str, Any]) -> str | None:
     how = ("torch for every op" if torch == ["all"] else f"{st['ops']} kernels"
            + (f"; on torch for want of a verified kernel: {', '.join(torch)}" if torch
               else ", every op verified here"))
-    return f"holds layers [{st['first']}, {st['last']}) of {st['model']}: {how}"
+    kv = f", K/V cache {st['kv']}" if st.get("kv") else ""
+    return f"holds layers [{st['first']}, {st['last']}) of {st['model']}{kv}: {how}"
 
 
 def fix_lines(reply: dict[str, Any], records: list[dict[str, Any]]) -> list[str]:

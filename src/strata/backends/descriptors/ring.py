@@ -25,6 +25,6 @@ def _preflight() -> None:
 DESCRIPTOR = BackendDescriptor(
     name="ring", factory="strata.backends.ring:RingBackend", accepts=("gguf",),
     help="across a strata ring (the daemon at $STRATA_RING, default 127.0.0.1:7473)",
-    order=40, options=(), device=_device, auto=False,
+    order=40, options=("kv_type", "kv_type_v"), device=_device, auto=False,
     # the members' hardware runs it: this host's roofline explains nothing of a ring
     roofline=False, preflight=_preflight)

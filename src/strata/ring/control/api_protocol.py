@@ -29,6 +29,7 @@ from strata.errors import InputError, StrataError
 
 MAX_TOKENS = 1 << 16  # beyond any context a ring serves: a larger max_tokens is a mistake
 DEFAULT_TOKENS = {"text": 16, "chat": 256}  # OpenAI's completions default; chat: a reply
+API_KV_TYPE = "f16"  # every stage's K/V cache under the API: `ring run`'s default, llama.cpp's
 # OpenAI parameters this endpoint cannot honour: refused, not silently ignored.
 UNSUPPORTED = ("stop", "logit_bias", "logprobs", "top_logprobs", "echo", "suffix", "tools",
                "functions", "n", "best_of")
@@ -102,6 +103,7 @@ def parse_job(kind: str, body: Any, models: list[str]) -> Job:
     if msg["temperature"] > 0 and msg["seed"] is None:  # the ring samples only with a seed
         msg["seed"] = int.from_bytes(os.urandom(4), "little")
     msg["stop_eog"] = not _flag(body, "ignore_eos")
+    msg["kv_type"] = API_KV_TYPE
     options = body.get("stream_options") or {}
     if not isinstance(options, dict):
         raise ApiError(400, "'stream_options' must be an object")

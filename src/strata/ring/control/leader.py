@@ -33,6 +33,7 @@ def lead(node: Any, msg: Message, on_piece: Piece | None = None) -> Message:
     model, n = str(msg["model"]), int(msg["n"])
     if n < 1:
         raise InputError(f"-n {n}: generate at least one token")
+    _kv_type(msg)  # refused here, before any member is ordered
     from strata.models.source import resolve
 
     resolved = resolve(node.model_ref(model))
@@ -89,10 +90,12 @@ def _generate(node: Any, msg: Message, model: str, prompt: list[int], n: int,
     segments: list[dict[str, Any]] = []
     t_start = time.perf_counter()
     for _ in range(MAX_REPLANS + 1):
-        plan = _plan(node, model, len(prompt) + n, lost)
+        kv = _kv_type(msg)
+        plan = _plan(node, model, len(prompt) + n, lost, kv)
         layout = [[s.member, s.first, s.last] for s in plan.stages]
         formed = node.ring_now  # the epoch whose group is up: reused while the plan holds
-        fresh = not (formed and formed["model"] == model and formed["layout"] == layout)
+        fresh = not (formed and formed["model"] == model and formed["layout"] == layout
+                     and formed.get("kv") == kv)
         if fresh:
             _release(node, formed)
             epoch = node.bump_epoch(node.epoch + 1)
@@ -107,12 +110,13 @@ def _generate(node: Any, msg: Message, model: str, prompt: list[int], n: int,
         if reply.get("stale"):  # rank 0 no longer holds the epoch (restarted?): form anew
             continue
         if "result" in reply:
-            node.ring_now = {"model": model, "layout": layout, "epoch": epoch}
+            node.ring_now = {"model": model, "layout": layout, "epoch": epoch, "kv": kv}
             segments.append({"epoch": epoch, "plan": _stages(plan), **reply["result"]})
             answer = _answer(model, prompt, reply["result"], plan, segments, events,
                              time.perf_counter() - t_start)
             answer["transfers"] = [{k: v for k, v in x.items() if k != "path"}
                                    for x in reply.get("transfers", [])]
+            answer["kv_type"] = kv
             return answer
         who = reply.get("member") or plan.stages[int(reply["lost"])].member
         events.append({"epoch": epoch, "lost": who, "at_token": len(tokens),
@@ -123,10 +127,22 @@ def _generate(node: Any, msg: Message, model: str, prompt: list[int], n: int,
     raise InputError(f"gave up after losing {len(lost)} members ({', '.join(sorted(lost))})")
 
 
-def _plan(node: Any, model: str, ctx: int, lost: set[str]) -> Any:
-    """The plan for this request. A member that joined does not move a model that runs
-    already: the last plan's members keep it unless the new plan is predicted more than
-    REPLAN_GAIN faster (an unpredicted gain counts as none)."""
+def _kv_type(msg: Message) -> str:
+    """The request's K/V cache type (`ring run --kv-type`; a request without one: f32, as
+    before it could be chosen); InputError for a type the stages cannot hold."""
+    from strata.engine.executor import kv_dtype
+
+    kv = str(msg.get("kv_type") or "f32")
+    kv_dtype(kv)
+    return kv
+
+
+def _plan(node: Any, model: str, ctx: int, lost: set[str], kv: str = "f32") -> Any:
+    """The plan for this request, each stage's KV cache counted in `kv`. A member that
+    joined does not move a model that runs already: the last plan's members keep it unless
+    the new plan is predicted more than REPLAN_GAIN faster (an unpredicted gain counts as
+    none)."""
+    from strata.engine.executor import kv_dtype
     from strata.ring.plan.members import Member
     from strata.ring.plan.partition import plan_ring
 
@@ -139,8 +155,9 @@ def _plan(node: Any, model: str, ctx: int, lost: set[str]) -> Any:
     timer = getattr(node, "layer_timer", None)
     times, missing = timer.gather(model, members) if timer is not None else ({}, {})
     ref = node.model_ref(model)  # this node's copy: the plan reads its shapes and sizes
+    elem = kv_dtype(kv).itemsize
     try:
-        plan = plan_ring(ref, members, ctx, links, measured=times)
+        plan = plan_ring(ref, members, ctx, links, measured=times, kv_elem_bytes=elem)
     except InputError as exc:
         if not lost:
             raise
@@ -150,7 +167,7 @@ def _plan(node: Any, model: str, ctx: int, lost: set[str]) -> Any:
     if last and set(last) <= ids and set(last) != {s.member for s in plan.stages}:
         try:
             kept = plan_ring(ref, [m for m in members if m.id in last], ctx, links,
-                             measured=times)
+                             measured=times, kv_elem_bytes=elem)
         except InputError:
             kept = None  # the old members cannot hold this request's context: move
         if kept is not None and _gain(kept, plan) <= REPLAN_GAIN:
@@ -213,7 +230,7 @@ def _assign_and_drive(node: Any, plan: Any, epoch: int, model: str, digest: str,
     assignments = [[rank, s.first, s.last] for rank, s in enumerate(stages)]
     order = {"op": "assign", "epoch": epoch, "world": len(stages), "model": model,
              "model_hash": digest, "assignments": assignments,
-             "op_timeout_s": msg.get("op_timeout_s"),
+             "op_timeout_s": msg.get("op_timeout_s"), "kv_type": _kv_type(msg),
              "source": list(_addr(node.member))}  # a member without the file fetches here
     master = _addr(by_id[stages[0].member])[0]
     transfers: list[dict[str, Any]] = []  # members that fetched their share's tensors

@@ -133,7 +133,8 @@ class StageHost:
         if stage is None:
             return None
         return {"model": self.order.get("model", Path(stage.ref).name), "first": stage.first,
-                "last": stage.last, "ops": stage.ops, "on_torch": stage.on_torch()}
+                "last": stage.last, "ops": stage.ops, "kv": stage.kv,
+                "on_torch": stage.on_torch()}
 
     def release(self, msg: Message, chan: Channel | None) -> Message:
         """Rank 0 of an epoch the leader is replacing: STOP the ring, drop the group."""
@@ -160,7 +161,8 @@ class StageHost:
             self.stage = serve_stage(group, mine, order["local"], self.stage,
                                      self.node.config.mem_cap_bytes, self._die_hook(),
                                      device=self.node.config.device,
-                                     ops=self.node.config.ops)
+                                     ops=self.node.config.ops,
+                                     kv=order.get("kv_type") or "f32")
         except PeerLost as exc:
             self.node.log(f"epoch {order['epoch']}: {exc}")
         except Exception as exc:  # a stage that cannot load: rank 0 reports its words
@@ -218,7 +220,7 @@ class StageHost:
                                    self.node.config.secret)
                 driver = Driver(group, assignments, order["local"], self.stage,
                                 self.node.config.mem_cap_bytes, device=self.node.config.device,
-                                ops=self.node.config.ops)
+                                ops=self.node.config.ops, kv=order.get("kv_type") or "f32")
                 self.driver, self.stage = driver, driver.stage
             formed_s = time.perf_counter() - t0
             prompt, n = list(msg["prompt"]), int(msg["n"])

@@ -50,7 +50,7 @@ class Mode(IntEnum):
 def serve_stage(group: Group, assignment: StageAssignment, model_ref: str,
                 stage: Stage | None = None, mem_cap_bytes: int | None = None,
                 on_message: Callable[[Header], None] | None = None,
-                device: str = "cpu", ops: str = DEFAULT_OPS) -> Stage:
+                device: str = "cpu", ops: str = DEFAULT_OPS, kv: str = "f32") -> Stage:
     """Serve `assignment` until STOP (or until this process closes the group while the ring
     is idle); returns the stage (reused by the next epoch when its
     layers stay the same). On a lost peer: report it to the epoch's store, drop the group
@@ -59,9 +59,10 @@ def serve_stage(group: Group, assignment: StageAssignment, model_ref: str,
     if assignment.rank != group.rank or group.rank == 0:
         raise ValueError(f"serve_stage runs ranks 1..{group.world - 1}, not {assignment}")
     try:
-        if stage is None or not stage.holds(model_ref, assignment.first, assignment.last, ops):
+        if stage is None or not stage.holds(model_ref, assignment.first, assignment.last, ops,
+                                            kv):
             stage = Stage.load(model_ref, assignment.first, assignment.last, device,
-                               mem_cap_bytes=mem_cap_bytes, ops=ops)
+                               mem_cap_bytes=mem_cap_bytes, ops=ops, kv=kv)
     except Exception as exc:  # rank 0 reports this rank's own words instead of waiting
         group.mark_ready(f"{type(exc).__name__}: {exc}" if not isinstance(exc, InputError)
                          else str(exc))
@@ -258,9 +259,9 @@ class Driver:
     def __init__(self, group: Group, assignments: list[StageAssignment], model_ref: str,
                  stage: Stage | None = None, mem_cap_bytes: int | None = None,
                  load_timeout_s: float = LOAD_TIMEOUT_S, device: str = "cpu",
-                 ops: str = DEFAULT_OPS) -> None:
+                 ops: str = DEFAULT_OPS, kv: str = "f32") -> None:
         self.model_ref, self.mem_cap_bytes, self.device = model_ref, mem_cap_bytes, device
-        self.ops = ops
+        self.ops, self.kv = ops, kv
         self.load_timeout_s = load_timeout_s
         self.stage = stage
         self.state: RequestState | None = None
@@ -277,10 +278,11 @@ class Driver:
         if mine is None:
             raise InputError(f"no stage assignment for rank 0 in {assignments}")
         if self.stage is None or not self.stage.holds(self.model_ref, mine.first, mine.last,
-                                                      self.ops):
+                                                      self.ops, self.kv):
             self.stage = None  # free the old share before loading the new one
             self.stage = Stage.load(self.model_ref, mine.first, mine.last, self.device,
-                                    mem_cap_bytes=self.mem_cap_bytes, ops=self.ops)
+                                    mem_cap_bytes=self.mem_cap_bytes, ops=self.ops,
+                                    kv=self.kv)
         check_range(self.stage.spec, mine.first, mine.last)
         check_assignments(self.stage.spec.n_layers, assignments, group.world)
         if getattr(self, "group", None) is not group:

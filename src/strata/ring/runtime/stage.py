@@ -28,8 +28,8 @@ except ImportError as exc:
                      "installed: pip install 'strata[torch]'") from exc
 
 from strata.engine import ops as ops_registry
-from strata.engine.executor import Executor
-from strata.engine.weights import FLOAT_BYTES, ModelWeights, Stored, range_bytes, read_range
+from strata.engine.executor import Executor, kv_dtype
+from strata.engine.weights import ModelWeights, Stored, range_bytes, read_range
 from strata.models import arch as arch_registry
 from strata.models.spec import ModelSpec
 from strata.ring.runtime.stage_hf import hf_folder, load_hf, read_stage_hf
@@ -44,9 +44,9 @@ def gguf_path(model_ref: str) -> Path:
     return resolve(model_ref).path("gguf", "ring")
 
 
-def stage_bytes(spec: ModelSpec, first: int, last: int, ctx: int, ops: str = DEFAULT_OPS
-                ) -> tuple[int, int]:
-    """(weight bytes as the stage holds them, float32 KV-cache bytes at `ctx` positions) of
+def stage_bytes(spec: ModelSpec, first: int, last: int, ctx: int, ops: str = DEFAULT_OPS,
+                kv: str = "f32") -> tuple[int, int]:
+    """(weight bytes as the stage holds them, KV-cache bytes at `ctx` positions in `kv`) of
     layers [first, last), from the spec alone (no tensor read): what a planner or a memory
     cap checks before anything is loaded. Lab ops hold a GGUF as stored; torch ops, and
     any Hugging Face folder, float32. A sliding-window layer's cache holds its window (the
@@ -58,8 +58,8 @@ def stage_bytes(spec: ModelSpec, first: int, last: int, ctx: int, ops: str = DEF
     rows = sum(Cache.rows(ctx, spec.sliding_window)
                if a is not None and a.windowed(i, spec.sliding_window) else ctx
                for i in range(first, last))
-    kv = 2 * rows * spec.n_kv_heads * spec.head_dim * FLOAT_BYTES
-    return range_bytes(spec, first, last, as_float), kv
+    cache = 2 * rows * spec.n_kv_heads * spec.head_dim * kv_dtype(kv).itemsize
+    return range_bytes(spec, first, last, as_float), cache
 
 
 def check_range(spec: ModelSpec, first: int, last: int) -> None:
@@ -83,6 +83,7 @@ class Stage:
     path: Path
     ops: str
     executor: Executor
+    kv: str = "f32"  # the K/V cache's element type (f32, f16)
     _step: Any = None  # lab.decode.DecodeStep bound to `_step_cache`
     _step_cache: Any = None
 
@@ -91,18 +92,20 @@ class Stage:
     @classmethod
     def load(cls, model_ref: str | Path, first: int, last: int, device: str = "cpu",
              mem_cap_bytes: int | None = None, ctx: int = 0, ops: str = DEFAULT_OPS,
-             say: Any = lambda _m: None) -> Stage:
+             say: Any = lambda _m: None, kv: str = "f32") -> Stage:
         """Read only the tensors of layers [first, last) (+ embedding / norm and head at the
-        ends); InputError when the file cannot run here or the share exceeds `mem_cap_bytes`
-        (weights as held + a KV cache of `ctx` positions), before any tensor is read."""
+        ends), to run over a `kv` (f32, f16) K/V cache; InputError when the file cannot run
+        here or the share exceeds `mem_cap_bytes` (weights as held + a KV cache of `ctx`
+        positions), before any tensor is read."""
         if ops not in ops_registry.names():
             raise InputError(f"--ops {ops}: choose one of {', '.join(ops_registry.names())}")
+        cache = kv_dtype(kv)
         dev = torch.device(device)
 
         def check(spec: ModelSpec) -> None:
             check_range(spec, first, last)
             if mem_cap_bytes is not None:
-                check_cap(spec, first, last, ctx, mem_cap_bytes, ops)
+                check_cap(spec, first, last, ctx, mem_cap_bytes, ops, kv)
 
         folder = hf_folder(str(model_ref))
         if folder is not None:  # a Hugging Face directory: safetensors, rows as stored
@@ -110,8 +113,9 @@ class Stage:
         else:
             path = gguf_path(str(model_ref))
             weights = read_range(path, first, last, dev, "strata ring", check)
-        executor = Executor.build(weights, ops_registry.make(ops, weights, dev, say), dev)
-        return cls(str(model_ref), path, ops, executor)
+        executor = Executor.build(weights, ops_registry.make(ops, weights, dev, say, kv), dev,
+                                  kv_dtype=cache)
+        return cls(str(model_ref), path, ops, executor, kv)
 
     def on_torch(self) -> list[str]:
         """The ops this stage runs on torch's own path: every op under --ops torch; under
@@ -121,10 +125,11 @@ class Stage:
             return ["all"]
         return sorted(op for op, choice in kernels.choices.items() if choice.is_fallback)
 
-    def holds(self, model_ref: str, first: int, last: int, ops: str | None = None) -> bool:
+    def holds(self, model_ref: str, first: int, last: int, ops: str | None = None,
+              kv: str | None = None) -> bool:
         """Is this already the stage [first, last) of `model_ref` (nothing to reload)?"""
         return (self.ref, self.first, self.last) == (str(model_ref), first, last) and \
-            (ops is None or ops == self.ops)
+            (ops is None or ops == self.ops) and (kv is None or kv == self.kv)
 
     # -- what it holds ----------------------------------------------------------------------
 
@@ -174,7 +179,7 @@ class Stage:
         return self.executor.weight_bytes
 
     def kv_bytes(self, ctx: int) -> int:
-        return stage_bytes(self.spec, self.first, self.last, ctx, self.ops)[1]
+        return stage_bytes(self.spec, self.first, self.last, ctx, self.ops, self.kv)[1]
 
     @property
     def vocab(self) -> int:
@@ -242,14 +247,14 @@ def _load_hf(folder: Path, first: int, last: int, device: torch.device, check: A
 
 
 def check_cap(spec: ModelSpec, first: int, last: int, ctx: int, cap: int,
-              ops: str = DEFAULT_OPS) -> None:
-    weights, kv = stage_bytes(spec, first, last, ctx, ops)
-    if weights + kv > cap:
+              ops: str = DEFAULT_OPS, kv: str = "f32") -> None:
+    weights, cache = stage_bytes(spec, first, last, ctx, ops, kv)
+    if weights + cache > cap:
         held = "float32" if ops == "torch" or spec.source == "hf" else "as stored"
         raise InputError(
-            f"layers [{first}, {last}) of {spec.name} need {_gib(weights + kv)} (weights "
-            f"{_gib(weights)} {held} + KV cache {_gib(kv)} at {ctx} positions, float32) but "
-            f"this node may use {_gib(cap)}: {_gib(weights + kv - cap)} missing")
+            f"layers [{first}, {last}) of {spec.name} need {_gib(weights + cache)} (weights "
+            f"{_gib(weights)} {held} + KV cache {_gib(cache)} at {ctx} positions, {kv}) but "
+            f"this node may use {_gib(cap)}: {_gib(weights + cache - cap)} missing")
 
 
 def _gib(n: int) -> str:
