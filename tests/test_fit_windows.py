@@ -81,13 +81,13 @@ def test_lab_kv_equals_what_the_executor_allocates(home: Path,
 
     monkeypatch.setenv("STRATA_HOME", str(home))
     path = resolve(PRESET).path("gguf", "lab")
-    ex = load(path, ops="torch")
-    for ctx in (40, 3000):
-        ex.reset(-(-ctx // CTX_STEP) * CTX_STEP)  # what -B lab allocates for `ctx`
-        assert ex.cache is not None
-        held = sum(t.numel() * t.element_size() for t in [*ex.cache.k, *ex.cache.v])
-        got, _ = fit_kv(home, ctx, "-B", "lab")
-        assert got == held, ctx
+    for kv, flags in (("f16", ()), ("f32", ("--kv-type", "f32"))):  # -B lab's default: f16
+        ex = load(path, ops="torch", kv=kv)
+        for ctx in (40, 3000):
+            ex.reset(-(-ctx // CTX_STEP) * CTX_STEP)  # what -B lab allocates for `ctx`
+            assert ex.cache is not None
+            got, _ = fit_kv(home, ctx, "-B", "lab", *flags)
+            assert got == ex.cache.nbytes, (kv, ctx)
 
 
 def test_swa_full_belongs_to_llama_cpp(home: Path) -> None:
