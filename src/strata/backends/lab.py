@@ -99,7 +99,6 @@ class LabBackend:
     # helpers --------------------------------------------------------------------------------
 
     def _describe(self) -> dict[str, Any]:
-        from strata.engine.ops_lab import KV_NAMES
         from strata.lab.accounting import torch_ops
 
         m = self.model
@@ -119,7 +118,7 @@ class LabBackend:
             "threads": m.threads,
             "kv_cache": f"{m.kv_dtype}".removeprefix("torch.") + ", one [Hkv, C, D] pair per "
                         "layer",
-            "kv_dtype": KV_NAMES[m.kv_dtype],
+            "kv_dtype": m.kv,
             "ops": m.kernels.served(),
             "torch_compute_per_token": dict(seen.get("compute", {})),
             # the glue strata's decode-step runner does in C instead (lab/runner.py)

@@ -33,8 +33,9 @@ from strata.engine.rope import Rope
 from strata.engine.weights import ModelWeights, Stored
 
 CHUNK = 512  # positions one forward step writes at most (llama.cpp's default n_ubatch)
-# K/V cache element types the engine keeps (llama.cpp's -ctk/-ctv names)
+# K/V cache element types the engine keeps (llama.cpp's -ctk/-ctv names), and back
 KV_DTYPES = {"f32": torch.float32, "f16": torch.float16}
+KV_NAMES = {d: n for n, d in KV_DTYPES.items()}
 
 
 def kv_dtype(name: str) -> torch.dtype:
@@ -144,6 +145,11 @@ class Executor:
         return self.weights.last
 
     @property
+    def kv(self) -> str:
+        """The K/V cache's element type by its -ctk name (f32, f16)."""
+        return KV_NAMES[self.kv_dtype]
+
+    @property
     def is_first(self) -> bool:
         return self.first == 0
 
@@ -170,8 +176,7 @@ class Executor:
         if capacity <= 0:
             self.cache, self.rope, self.rope_windowed, self.pos = None, None, None, 0
             return
-        if self.cache is None or self.cache.capacity < capacity \
-                or any(k.dtype != self.kv_dtype for k in self.cache.k):
+        if self.cache is None or self.cache.capacity < capacity:
             windowed = [self.weights.windowed(i) for i in range(self.first, self.last)]
             self.cache = Cache.allocate((s.n_kv_heads, capacity, s.head_dim), windowed,
                                         self.weights.window, self.chunk, self.device,

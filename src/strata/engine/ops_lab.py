@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from strata.engine.executor import KV_DTYPES
+from strata.engine.executor import KV_NAMES
 from strata.engine.weights import ModelWeights, Stored, is_bias
 from strata.errors import InputError
 from strata.kernels.dispatch import KERNEL
@@ -47,9 +47,6 @@ def lab_ops_for(weights: ModelWeights, kv: str = "f32") -> list[str]:
     layer = layer_ops(weights.arch.name, windowed, kv)
     x8 = [X8_OPS[REPACKED[k]] for k in kinds if k in REPACKED]  # used where they pay
     return [*layer, *(LINEAR_OPS[k] for k in kinds), *x8]
-
-
-KV_NAMES = {d: n for n, d in KV_DTYPES.items()}  # cache dtype -> KV_CACHE_OPS key
 
 
 @dataclass

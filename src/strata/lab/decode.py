@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from strata.engine import graph
-from strata.engine.ops_lab import KV_NAMES
+from strata.engine.executor import KV_NAMES
 from strata.hardware.devices import sync
 from strata.lab import decode_moe, runner
 from strata.lab.plan import GLU_OPS, attention_op, linear_op

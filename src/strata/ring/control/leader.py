@@ -33,7 +33,7 @@ def lead(node: Any, msg: Message, on_piece: Piece | None = None) -> Message:
     model, n = str(msg["model"]), int(msg["n"])
     if n < 1:
         raise InputError(f"-n {n}: generate at least one token")
-    _kv_type(msg)  # refused here, before any member is ordered
+    msg = {**msg, "kv_type": _kv_type(msg)}  # refused here, before any member is ordered
     from strata.models.source import resolve
 
     resolved = resolve(node.model_ref(model))
@@ -89,8 +89,8 @@ def _generate(node: Any, msg: Message, model: str, prompt: list[int], n: int,
     events: list[dict[str, Any]] = []
     segments: list[dict[str, Any]] = []
     t_start = time.perf_counter()
+    kv = msg["kv_type"]  # lead() checked it
     for _ in range(MAX_REPLANS + 1):
-        kv = _kv_type(msg)
         plan = _plan(node, model, len(prompt) + n, lost, kv)
         layout = [[s.member, s.first, s.last] for s in plan.stages]
         formed = node.ring_now  # the epoch whose group is up: reused while the plan holds
@@ -230,7 +230,7 @@ def _assign_and_drive(node: Any, plan: Any, epoch: int, model: str, digest: str,
     assignments = [[rank, s.first, s.last] for rank, s in enumerate(stages)]
     order = {"op": "assign", "epoch": epoch, "world": len(stages), "model": model,
              "model_hash": digest, "assignments": assignments,
-             "op_timeout_s": msg.get("op_timeout_s"), "kv_type": _kv_type(msg),
+             "op_timeout_s": msg.get("op_timeout_s"), "kv_type": msg["kv_type"],
              "source": list(_addr(node.member))}  # a member without the file fetches here
     master = _addr(by_id[stages[0].member])[0]
     transfers: list[dict[str, Any]] = []  # members that fetched their share's tensors

@@ -103,13 +103,13 @@ class _Worker:
                 mine = next(a for a in assignments if a.rank == cmd["rank"])
                 self.stage = serve_stage(self.group, mine, cmd["model"], self.stage,
                                          cmd.get("mem_cap"), self.hook(cmd),
-                                         ops=cmd.get("ops", "lab"), kv=cmd.get("kv", "f32"))
+                                         ops=cmd.get("ops", "lab"))
                 return {"ok": True, "stopped": True}
             if op in ("drive", "generate"):  # generate: another request, same group
                 if op == "drive":
                     self.group = self.form(cmd, 0)
                     self.driver = Driver(self.group, assignments, cmd["model"],
-                                         ops=cmd.get("ops", "lab"), kv=cmd.get("kv", "f32"))
+                                         ops=cmd.get("ops", "lab"))
                 res = self.driver.generate(cmd["prompt"], cmd["n_predict"], cmd.get("seed"),
                                            cmd.get("temperature", 0.0),
                                            cmd.get("keep_logits", False))

@@ -83,7 +83,6 @@ class Stage:
     path: Path
     ops: str
     executor: Executor
-    kv: str = "f32"  # the K/V cache's element type (f32, f16)
     _step: Any = None  # lab.decode.DecodeStep bound to `_step_cache`
     _step_cache: Any = None
 
@@ -115,7 +114,7 @@ class Stage:
             weights = read_range(path, first, last, dev, "strata ring", check)
         executor = Executor.build(weights, ops_registry.make(ops, weights, dev, say, kv), dev,
                                   kv_dtype=cache)
-        return cls(str(model_ref), path, ops, executor, kv)
+        return cls(str(model_ref), path, ops, executor)
 
     def on_torch(self) -> list[str]:
         """The ops this stage runs on torch's own path: every op under --ops torch; under
@@ -177,6 +176,11 @@ class Stage:
     @property
     def weight_bytes(self) -> int:
         return self.executor.weight_bytes
+
+    @property
+    def kv(self) -> str:
+        """The K/V cache's element type (f32, f16), as the executor holds it."""
+        return self.executor.kv
 
     def kv_bytes(self, ctx: int) -> int:
         return stage_bytes(self.spec, self.first, self.last, ctx, self.ops, self.kv)[1]
