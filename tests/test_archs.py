@@ -130,6 +130,37 @@ def test_a_float16_cache_holds_k_and_v_as_llama_cpps_does(files: dict[str, Path]
     assert near < far
 
 
+# heads of whole q8_0 blocks (32, 32 and 64 values): attention_sinks_q8_0 on windowed and
+# full layers, attention_window_q8_0 and attention_cached_q8_0
+Q8_CACHE = ("tiny-gpt-oss", "tiny-gemma3", "tiny-k")
+
+
+@pytest.mark.parametrize("preset", Q8_CACHE)
+def test_a_q8_0_cache_holds_k_and_v_as_llama_cpps_does(home: Path, preset: str) -> None:
+    """-ctk/-ctv q8_0: the lab over a q8_0 cache equals the torch ops over one (the same
+    blocks, dequantised by torch, another attention) and stays within llama.cpp's q8_0-cache
+    distribution (KL); its logits are far from the f16 cache's (the rows really hold blocks).
+    Where strata's K rows are llama.cpp's (NeoX RoPE: gpt-oss) the two q8_0 caches hold the
+    same blocks, so the lab is many times nearer llama.cpp's q8_0 logits than the f16 cache
+    is. (Llama-family K rows are not: strata un-permutes q/k to rotate half-split pairs, so a
+    block groups other dimensions than llama.cpp's; gemma3's fp16-rounded GELU moves values
+    across quantisation steps.) A cache quantised otherwise fails the first or last check."""
+    path = resolve(f"synthetic:{preset}@f32").path("gguf", "llamacpp")
+    lab8 = engine_logits(path, "lab", IDS, kv="q8_0")
+    lab16 = engine_logits(path, "lab", IDS, kv="f16")
+    torch8 = engine_logits(path, "torch", IDS, kv="q8_0")
+    llama8 = llama_cpp_logits(path, IDS, kv_type=8)
+    twin, near, f16 = (float(rel_err(lab8, w).max()) for w in (torch8, llama8, lab16))
+    far = float(rel_err(lab16, llama8).max())
+    print(f"\n{preset} q8_0 cache: lab vs torch {twin:.1e}, vs llama.cpp q8_0 {near:.1e} "
+          f"(the f16 cache: {far:.1e}), KL {max_kl(llama8, lab8):.1e}")
+    assert twin <= 2 * BOUND.get(preset, 1e-4)  # gemma3: steps crossed by its GELU's rounding
+    assert max_kl(llama8, lab8) <= 1e-5
+    assert f16 > 5 * twin
+    if preset == "tiny-gpt-oss":
+        assert near < far / 5
+
+
 @pytest.mark.parametrize("preset", PRESETS)
 def test_q8_0_logits_follow_ggml_numerics_on_the_lab(files: dict[str, Path],
                                                      reference: dict[str, Any],

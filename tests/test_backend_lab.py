@@ -136,18 +136,22 @@ def test_greedy_tokens_equal_llama_cpps_for_32_steps(files: dict[str, Path]) -> 
                                atol=1e-4 * float(np.abs(want_logits).max()))
 
 
-@pytest.mark.parametrize(("kv", "attention"), [(LoadConfig().kv_type, "attention_cached_f16"),
-                                               ("f32", "attention_cached")])
+@pytest.mark.parametrize(("kv", "attention", "dtype"), [
+    (LoadConfig().kv_type, "attention_cached_f16", torch.float16),
+    ("f32", "attention_cached", torch.float32),
+    ("q8_0", "attention_cached_q8_0", torch.uint8)])  # on heads of 64: whole q8_0 blocks
 def test_backend_reports_its_kernels_and_torch_glue(files: dict[str, Path], kv: str,
-                                                    attention: str) -> None:
-    """-ctk/-ctv as llama-bench: f16 by default (the float16-cache attention op), f32 on
-    request; either way every op a verified kernel and the decode step's glue in C."""
+                                                    attention: str, dtype: torch.dtype) -> None:
+    """-ctk/-ctv as llama-bench: f16 by default (the float16-cache attention op), f32 or q8_0
+    on request; every op a verified kernel and the decode step's glue in C."""
     backend = LabBackend()
-    backend.load(resolve(str(files["f32"])), LoadConfig(threads=1, kv_type=kv, kv_type_v=kv))
+    model = files["f32"] if kv != "q8_0" else resolve("synthetic:tiny-k@f32").path("gguf", "lab")
+    backend.load(resolve(str(model)), LoadConfig(threads=1, kv_type=kv, kv_type_v=kv))
     info = backend.info()
     cache = backend.model.cache
+    layers = backend.model.weights.spec.n_layers
     backend.close()
-    assert {t.dtype for t in (*cache.k, *cache.v)} == {getattr(torch, f"float{kv[1:]}")}
+    assert {t.dtype for t in (*cache.k, *cache.v)} == {dtype}
     assert set(info["ops"]) == {"rmsnorm", "rope", attention, "silu_mul", "linear_f32"}
     # every op is a verified lab kernel here (verified on first use), none a torch stand-in
     assert {d["outcome"] for d in info["ops"].values()} == {"kernel"}, info["ops"]
@@ -156,7 +160,7 @@ def test_backend_reports_its_kernels_and_torch_glue(files: dict[str, Path], kv: 
     # in strata's runner: torch computes nothing (observed with a TorchDispatchMode: every
     # op torch runs reaches it).
     assert info["torch_compute_per_token"] == {}
-    assert info["runner_glue_per_token"] == {"add": 2 * 2, "kv_store": 2 * 2}
+    assert info["runner_glue_per_token"] == {"add": 2 * layers, "kv_store": 2 * layers}
     assert info["kv_dtype"] == kv and info["threads"] == 1
 
 
@@ -186,8 +190,10 @@ def test_bench_and_quality_run_on_lab(home: Path, files: dict[str, Path]) -> Non
 @pytest.mark.parametrize(("flags", "says"), [
     ((), "the lab backend needs a gguf model"),
     # a K/V pair the lab has no attention for: refused before any model loads
-    (("-ctk", "q8_0", "-ctv", "q8_0", "-fa", "1"), "keeps K/V in f16 or f32"),
-    (("-ctk", "f16,f32", "-ctv", "f16,f32"), "keeps K and V in one type")])
+    (("-ctk", "q4_0", "-ctv", "q4_0", "-fa", "1"), "keeps K/V in f16, f32, q8_0"),
+    (("-ctk", "f16,f32", "-ctv", "f16,f32"), "keeps K and V in one type"),
+    # q8_0 blocks hold 32 values, tiny's heads 16: refused once the file's heads are read
+    (("-ctk", "q8_0", "-ctv", "q8_0"), "blocks of 32 values, but this model's heads have 16")])
 def test_bad_input_is_one_line(home: Path, tmp_path: Path, flags: tuple[str, ...],
                                says: str) -> None:
     model = str(resolve("synthetic:tiny@f32").path("hf" if not flags else "gguf", "torch"))

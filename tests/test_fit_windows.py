@@ -81,7 +81,8 @@ def test_lab_kv_equals_what_the_executor_allocates(home: Path,
 
     monkeypatch.setenv("STRATA_HOME", str(home))
     path = resolve(PRESET).path("gguf", "lab")
-    for kv, flags in (("f16", ()), ("f32", ("--kv-type", "f32"))):  # -B lab's default: f16
+    for kv, flags in (("f16", ()), ("f32", ("--kv-type", "f32")),  # -B lab's default: f16
+                      ("q8_0", ("--kv-type", "q8_0"))):
         ex = load(path, ops="torch", kv=kv)
         for ctx in (40, 3000):
             ex.reset(-(-ctx // CTX_STEP) * CTX_STEP)  # what -B lab allocates for `ctx`

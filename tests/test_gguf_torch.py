@@ -237,13 +237,13 @@ def quiet_stderr() -> contextlib.AbstractContextManager[None]:
 
 def llama_cpp_logits(path: Path, ids: list[int], kv_type: int = 0) -> np.ndarray:
     """Every position's logits from real llama.cpp, K/V cache in f32 (kv_type 0; ggml's type
-    ids: 1 for f16)."""
+    ids: 1 for f16, 8 for q8_0 — with flash attention, which a quantised V cache needs)."""
     from llama_cpp import Llama
 
     with quiet_stderr():
         llm = Llama(model_path=str(path), n_ctx=len(ids), n_batch=len(ids), n_ubatch=len(ids),
                     logits_all=True, type_k=kv_type, type_v=kv_type, n_threads=2,
-                    verbose=False)
+                    verbose=False, **({"flash_attn": True} if kv_type == 8 else {}))
         try:
             llm.eval(ids)
             return np.array(llm.scores[:len(ids)], dtype=np.float32)

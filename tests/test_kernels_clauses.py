@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from strata.kernels import checks
-from strata.kernels.ops import _kquant, _kquant_x8, _quant
+from strata.kernels.ops import _kquant, _kquant_x8, _kv_q8_0, _quant
 from strata.kernels.ops._linear_q import linear as linear_q
 from strata.kernels.ops._linear_q import quantize_rows
 from strata.kernels.ops.rope import tables
@@ -368,11 +368,15 @@ for _kind in _kquant_x8.KINDS:  # the same rules broken, the weights read from t
             lambda sp, i, p, s, k=_kind, n=_name: VIOLATORS[(f"linear_{k}", n)](
                 sp, [i[0], _kquant_x8.unpack(k, i[1], s["K"])], p, s))
 for _op in ("attention_cached", "attention_window", "attention_sinks"):
-    # the float16-cache twins: the float32 op's violator over the cache's values widened
+    # the float16- and q8_0-cache twins: the float32 op's violator over the cache's values
     for (_base, _name) in [key for key in VIOLATORS if key[0] == _op]:
         VIOLATORS[(f"{_op}_f16", _name)] = (
             lambda sp, i, p, s, o=_op, n=_name: VIOLATORS[(o, n)](
                 SPECS[o], [t.float() if j in (1, 2) else t for j, t in enumerate(i)], p, s))
+        VIOLATORS[(f"{_op}_q8_0", _name)] = (
+            lambda sp, i, p, s, o=_op, n=_name: VIOLATORS[(o, n)](
+                SPECS[o], [_kv_q8_0.values(t, torch.float32) if j in (1, 2) else t
+                           for j, t in enumerate(i)], p, s))
 VIOLATORS.update({
     ("linear_mxfp4", "ties"): lambda sp, i, p, s: _linear_q("mxfp4", *i, half_away=True),
     ("linear_mxfp4", "zero_block"): lambda sp, i, p, s: _linear_q("mxfp4", *i, guard=False),
@@ -586,6 +590,8 @@ def test_dims_recover_the_shape_from_the_call_tensors(op: str) -> None:
         valued = {"attention_cached": ("P",), "attention_window": ("P", "W"),
                   "attention_sinks": ("P", "W"), "attention_cached_f16": ("P",),
                   "attention_window_f16": ("P", "W"), "attention_sinks_f16": ("P", "W"),
+                  "attention_cached_q8_0": ("P",), "attention_window_q8_0": ("P", "W"),
+                  "attention_sinks_q8_0": ("P", "W"),
                   "conv2d_nhwc": ("S", "P"),
                   "conv2d": ("S", "P"), "conv1d": ("S", "P", "D"),
                   "conv2d_nhwc_relu": ("S", "P")}.get(op, ())
@@ -599,7 +605,8 @@ def test_dims_recover_the_shape_from_the_call_tensors(op: str) -> None:
 ROWS = {"rmsnorm": "rows", "silu_mul": "rows", "rope": "T", "attention_cached": "T",
         "gelu_mul": "rows", "attention_window": "T", "swiglu_oai": "rows",
         "attention_sinks": "T", "attention_cached_f16": "T", "attention_window_f16": "T",
-        "attention_sinks_f16": "T",
+        "attention_sinks_f16": "T", "attention_cached_q8_0": "T", "attention_window_q8_0": "T",
+        "attention_sinks_q8_0": "T",
         "linear_f32": "B", "linear_f16": "B", "linear_q8_0": "B", "linear_q4_0": "B",
         "linear_q5_0": "B", "linear_q4_1": "B", "linear_q5_1": "B", "linear_mxfp4": "B",
         "linear_q4_K": "B",

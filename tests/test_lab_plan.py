@@ -292,7 +292,8 @@ def test_fit_lab_prints_the_coverage_table_piped_at_80_columns(tmp_path: Path) -
 
 
 @pytest.mark.parametrize(("args", "names"), [
-    ((MODEL, "-B", "lab", "--kv-type", "q8_0"), "--kv-type q8_0: choose one of f16, f32"),
+    ((MODEL, "-B", "lab", "--kv-type", "q4_0"), "--kv-type q4_0: choose one of f16, f32, q8_0"),
+    ((MODEL, "-B", "lab", "--kv-type", "q8_0"), "blocks of 32 values, but this model's heads"),
     (("HF",), "-B lab runs GGUF files"),
 ])
 def test_a_bad_combination_is_one_line_exit_2(args: tuple[str, ...], names: str,

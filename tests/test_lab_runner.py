@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from strata.engine import kvcache
+from strata.kernels.ops._linear_q import q8_0_blocks
 from strata.lab import runner
 from strata.models.source import resolve
 from tests.conftest import seeded_home
@@ -39,7 +41,9 @@ def _decode(path: Path, profile: bool, kv: str = "f32") -> tuple[torch.Tensor, o
     ("tiny-qwen2@q8_0", "f32"), ("tiny-gemma3@q8_0", "f32"), ("tiny-gpt-oss@q8_0", "f32"),
     ("tiny-phi3@f32", "f32"),
     # a float16 cache: the runner's K/V rows rounded as torch's copy_ rounds them
-    ("tiny-gemma3@q8_0", "f16"), ("tiny-gpt-oss@q8_0", "f16")])
+    ("tiny-gemma3@q8_0", "f16"), ("tiny-gpt-oss@q8_0", "f16"),
+    # a q8_0 cache: the runner's rows quantised as strata.kernels.ops._linear_q's q8_0_blocks
+    ("tiny-gemma3@q8_0", "q8_0"), ("tiny-gpt-oss@q8_0", "q8_0")])
 def test_runner_gives_the_python_step_s_logits_bit_for_bit(home: Path, preset: str,
                                                            kv: str) -> None:
     path = resolve(f"synthetic:{preset}").path("gguf", "llamacpp")
@@ -107,6 +111,34 @@ def test_a_float16_cache_row_is_rounded_as_torch_rounds_it() -> None:
     want = src.to(torch.float16)
     assert torch.equal(cache[:, 1].view(torch.int16), want.view(torch.int16))
     assert not cache[:, [0, 2]].view(torch.int16).any()  # no other row written
+
+
+def test_a_q8_0_cache_row_is_quantised_as_ggml_quantises_it() -> None:
+    """The runner's q8_0 K/V store against the Python store (q8_0_blocks, ggml's AVX2
+    quantize_row_q8_0: fp16(amax/127), q = round-half-even(x·(127/amax))) byte for byte, on
+    blocks where a rule shows: exact ties x·id = k + 0.5, an all-zero block, a block with a
+    NaN or an inf, subnormal and huge values — and no other row written."""
+    g = torch.Generator().manual_seed(1)
+    ties = torch.arange(-63, 64, 4, dtype=torch.float32)[:31] + 0.5  # -62.5 .. 57.5
+    tie_block = torch.cat([torch.tensor([127.0]), ties])  # amax 127: d = 1, id = 1
+    blocks = [tie_block, torch.zeros(32), torch.randn(32, generator=g) * 1e-6,
+              torch.randn(32, generator=g) * 1e4, torch.randn(32, generator=g),
+              torch.randn(32, generator=g), torch.randn(32, generator=g) * 3,
+              torch.randn(32, generator=g)]
+    blocks[4][3], blocks[5][7] = float("nan"), float("inf")
+    src = torch.cat(blocks).reshape(2, 128).contiguous()
+    cache = torch.zeros(2, 3, 4 * 34, dtype=torch.uint8)
+    at = torch.tensor([2], dtype=torch.int64)
+    step = runner.kv_step(cache, src, at)
+    assert step.native is not None  # the runner takes it
+    runner.Program([step])()
+    assert torch.equal(cache[:, 2], q8_0_blocks(src))
+    assert not cache[:, :2].any()
+    values = kvcache.KV_TYPES["q8_0"].widen(cache[:, 2], torch.float32).reshape(-1)
+    assert torch.equal(values[1:32], torch.round(ties))  # k + 0.5 to the even neighbour
+    assert not torch.equal(values[1:32], torch.sign(ties) * torch.floor(ties.abs() + 0.5))
+    assert not values[32:64].any()  # the all-zero block: d = 0, q = 0
+    assert values[128:192].isnan().all()  # a NaN or an inf: a NaN or inf scale, q = 0
 
 
 def test_steps_the_runner_cannot_take_stay_python() -> None:

@@ -314,6 +314,11 @@ def test_runs_equal_one_process_and_survive_a_lost_member(ring: Ring) -> None:
                                                           two["stages"][0]["last"], "lab")
     # ring run's default K/V cache, llama.cpp's: f16 in every stage (and said so)
     assert two["kv_type"] == held["kv"] == "f16" and "K/V cache f16" in table, table
+    # a q8_0 cache holds blocks of 32 values: tiny-deep's heads of 16 are refused by the
+    # leader before any plan or stage
+    line = one_line_error(ring.cli("ring", "run", MODEL, "-p", PROMPT, "-n", "2", "--kv-type",
+                                   "q8_0", "--connect", ring.addr("b")))
+    assert "blocks of 32 values, but this model's heads have 16" in line, line
     assert held["on_torch"] == [] and "every op verified here" in table, (held, table)
 
     # Another model file on a member: the order is refused with the reason.

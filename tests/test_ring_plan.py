@@ -295,6 +295,15 @@ def test_the_plan_sizes_shares_as_the_stages_hold_them() -> None:
             weights, kv = stage.stage_bytes(spec, s.first, s.last, CTX, kv="f16")
             assert (weights, kv) == (s.weight_bytes, s.kv_bytes) and kv > 0
             assert 2 * kv == stage.stage_bytes(spec, s.first, s.last, CTX)[1]
+    # a q8_0 cache (ring run --kv-type q8_0): 34 bytes per 32 values, on heads of 64
+    ref = "synthetic:tiny-k@q8_0"
+    spec = resolve(ref).spec
+    assert spec is not None and spec.head_dim == 64
+    caps = [member("a", 10**8), member("b", 10**8)]
+    for s in plan_ring(ref, caps, CTX, kv_elem_bytes=34 / 32).stages:
+        weights, kv = stage.stage_bytes(spec, s.first, s.last, CTX, kv="q8_0")
+        assert (weights, kv) == (s.weight_bytes, s.kv_bytes) and kv > 0
+        assert 64 * kv == 34 * stage.stage_bytes(spec, s.first, s.last, CTX)[1] // 2
 
 
 # -- members and links ------------------------------------------------------------------------
@@ -391,8 +400,11 @@ def test_cli_two_emulated_nodes_table_and_json(strata_home: Path) -> None:
     code, text = cli("synthetic:tiny@f32", *nodes, "--json", home=strata_home)
     assert [s["memory_bytes"] for s in json.loads(text)["stages"]] == [
         FIRST - KV_BLOCK // 2, LAST - KV_BLOCK // 2]
+    code, text = cli("synthetic:tiny@f32", *nodes, "--kv-type", "q4_0", home=strata_home)
+    assert code == 2 and "--kv-type q4_0: choose one of f32, f16, q8_0" in text, text
+    # q8_0 blocks hold 32 values: tiny's heads (16) are not whole blocks
     code, text = cli("synthetic:tiny@f32", *nodes, "--kv-type", "q8_0", home=strata_home)
-    assert code == 2 and "--kv-type q8_0: choose one of f32, f16" in text, text
+    assert code == 2 and "blocks of 32 values, but this model's heads have 16" in text, text
     code, text = cli("synthetic:tiny@f32", *nodes, "-o", "jsonl", home=strata_home)
     records = [json.loads(line) for line in text.splitlines()]
     for r in records:

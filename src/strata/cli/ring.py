@@ -207,8 +207,9 @@ def run(
         "end-of-turn token, as llama-cli's does.")] = False,
     kv_type: Annotated[str, typer.Option(
         "--kv-type", metavar="TYPE", help="Every stage's K/V cache: f16 (llama.cpp's "
-        "default: half the bytes of f32, each row rounded once as it is written) or f32. "
-        "The plan counts it.")] = "f16",
+        "default: half the bytes of f32, each row rounded once as it is written), f32, or "
+        "q8_0 (34 bytes per 32 values, as llama.cpp's -ctk/-ctv q8_0). The plan counts "
+        "it.")] = "f16",
     connect: ConnectOption = f"127.0.0.1:{DEFAULT_PORT}",
     timeout: Annotated[float, typer.Option(
         "--timeout", metavar="SECONDS", help="Give up after this long without a word from "

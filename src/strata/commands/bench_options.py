@@ -205,16 +205,16 @@ def _loads(f: BenchFlags) -> list[LoadConfig]:
 
 def _check_v_cache(loads: list[LoadConfig], backends: list[str]) -> None:
     """llama.cpp refuses a quantised V cache without flash attention, -B lab and -B ring any
-    K/V pair but f16/f16 and f32/f32: say so before anything loads, rather than relay the error of a
-    context that failed midway through the sweep."""
+    K/V pair but f16, f32 or q8_0 for both: say so before anything loads, rather than relay
+    the error of a context that failed midway through the sweep."""
     from strata.backends.descriptors.lab import KV_TYPES
 
-    for name in sorted({"lab", "ring"} & set(backends)):  # strata's engine: f16 or f32
+    for name in sorted({"lab", "ring"} & set(backends)):  # strata's engine: f16, f32, q8_0
         for lc in loads:
             given = f"-ctk {lc.kv_type} -ctv {lc.kv_type_v}"
             if not {lc.kv_type, lc.kv_type_v} <= set(KV_TYPES):
-                raise InputError(f"{given}: -B {name} keeps K/V in {' or '.join(KV_TYPES)} "
-                                 "(a quantised cache: -B llamacpp)")
+                raise InputError(f"{given}: -B {name} keeps K/V in {', '.join(KV_TYPES)} "
+                                 "(other types: -B llamacpp)")
             if lc.kv_type != lc.kv_type_v:
                 raise InputError(f"{given}: -B {name} keeps K and V in one type; give -ctk "
                                  "and -ctv the same one value (a -ctk/-ctv sweep runs every "

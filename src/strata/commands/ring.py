@@ -204,14 +204,14 @@ def run(model: str, prompt: str, n_predict: str, seed: int | None, temperature: 
                 lambda piece: on_text(str(piece.get("text", ""))))
 
 
-def _kv_bytes(kv_type: str) -> int:
-    """Bytes of one element of a `kv_type` K/V cache; InputError for a type the stages
-    cannot hold."""
-    from strata.engine.executor import KV_DTYPES
+def _kv_bytes(kv_type: str) -> float:
+    """Bytes of one element of a `kv_type` K/V cache (q8_0: 34/32); InputError for a type
+    the stages cannot hold."""
+    from strata.engine.kvcache import KV_TYPES
 
-    if kv_type not in KV_DTYPES:
-        raise InputError(f"--kv-type {kv_type}: choose one of {', '.join(KV_DTYPES)}")
-    return KV_DTYPES[kv_type].itemsize
+    if kv_type not in KV_TYPES:
+        raise InputError(f"--kv-type {kv_type}: choose one of {', '.join(KV_TYPES)}")
+    return KV_TYPES[kv_type].elem_bytes
 
 
 # -- plan ---------------------------------------------------------------------------------
@@ -240,7 +240,7 @@ def plan(o: PlanOptions, console: Console) -> RingPlan:
     if o.ops not in HELD_DTYPE:
         raise InputError(f"--ops {o.ops}: choose one of {', '.join(HELD_DTYPE)}")
     elem = _kv_bytes(o.kv_type)
-    _runnable(o.model, o.ops)
+    _runnable(o.model, o.ops, o.kv_type)
     if o.mem_cap is not None:
         _positive("--mem-cap", o.mem_cap)
     given = _given_link(o.link)
@@ -263,10 +263,12 @@ def plan(o: PlanOptions, console: Console) -> RingPlan:
     return result
 
 
-def _runnable(model: str, ops: str) -> None:
+def _runnable(model: str, ops: str, kv: str = "f16") -> None:
     """No plan for what the stages cannot run: their ops' own check of the model first (the
-    lab's architectures and storage types; torch's GGUF loader's architectures)."""
+    lab's architectures and storage types; torch's GGUF loader's architectures), then a
+    `kv` cache of its heads (q8_0: whole blocks)."""
     from strata.backends import describe
+    from strata.engine.kvcache import kv_type
     from strata.models.source import resolve
 
     check = describe(ops).check
@@ -274,6 +276,8 @@ def _runnable(model: str, ops: str) -> None:
     why = check(resolved) if check is not None and resolved.spec is not None else None
     if why:
         raise InputError(f"MODEL {model}: ring stages cannot run it with --ops {ops}: {why}")
+    if resolved.spec is not None:
+        kv_type(kv).check(resolved.spec.head_dim)
 
 
 def _given_link(text: str | None) -> Link | None:

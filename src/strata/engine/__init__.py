@@ -24,17 +24,19 @@ def load(path: str | Path, first: int | None = None, last: int | None = None,
          ops: str = "lab", device: str = "cpu",
          say: Callable[[str], None] = lambda _m: None, kv: str = "f32") -> Executor:
     """An executor over layers [first, last) of the GGUF at `path` with the `ops` backend,
-    its K/V cache in `kv` (f32 or f16)."""
+    its K/V cache in `kv` (f32, f16 or q8_0)."""
     from strata.backends.torch_device import resolve_device
     from strata.engine import ops as ops_registry
-    from strata.engine.executor import Executor, kv_dtype
+    from strata.engine.executor import Executor
+    from strata.engine.kvcache import kv_type
     from strata.engine.weights import read_range
 
     dev = resolve_device(device)
+    cache = kv_type(kv)
     weights = read_range(Path(path), first, last, dev)
-    cache = kv_dtype(kv)
+    cache.check(weights.spec.head_dim)  # before the ops are made (lab: verified, built)
     return Executor.build(weights, ops_registry.make(ops, weights, dev, say, kv), dev,
-                          kv_dtype=cache)
+                          kv_dtype=cache.dtype)
 
 
 __all__ = ["load"]

@@ -12,12 +12,12 @@ prefill chunking and the bound decode step); a ring stage is one over its layers
 ops its member chose (strata.ring.runtime.stage).
 
 Layouts: activations [T, hidden] float32; the cache of a local layer is k, v [Hkv, C, D]
-(float32, or float16 with `kv_dtype`), filled up to the position after the last forward. A
-sliding-window layer (gemma3's local layers) holds only what its queries can still see:
-window - 1 + `chunk` rows, row r being position `Cache.base` + r; when a forward would write
-past the end, the last window - 1 rows move to the front (amortised: one row copied per
-position written). A forward of more than `chunk` positions runs in chunks of `chunk`, so
-the rows always fit.
+(float32 or float16; q8_0: [Hkv, C, D/32·34] blocks — `kv_dtype`, strata.engine.kvcache),
+filled up to the position after the last forward. A sliding-window layer (gemma3's local
+layers) holds only what its queries can still see: window - 1 + `chunk` rows, row r being
+position `Cache.base` + r; when a forward would write past the end, the last window - 1
+rows move to the front (amortised: one row copied per position written). A forward of more
+than `chunk` positions runs in chunks of `chunk`, so the rows always fit.
 """
 
 from __future__ import annotations
@@ -27,31 +27,20 @@ from typing import Any
 
 import torch
 
-from strata.engine import graph
+from strata.engine import graph, kvcache
 from strata.engine.ops import Ops
 from strata.engine.rope import Rope
 from strata.engine.weights import ModelWeights, Stored
 
 CHUNK = 512  # positions one forward step writes at most (llama.cpp's default n_ubatch)
-# K/V cache element types the engine keeps (llama.cpp's -ctk/-ctv names), and back
-KV_DTYPES = {"f32": torch.float32, "f16": torch.float16}
-KV_NAMES = {d: n for n, d in KV_DTYPES.items()}
-
-
-def kv_dtype(name: str) -> torch.dtype:
-    """The torch dtype of a `name` (f32, f16) K/V cache; InputError for any other."""
-    from strata.errors import InputError
-
-    if name not in KV_DTYPES:
-        raise InputError(f"K/V cache type {name}: strata's engine keeps it in "
-                         f"{' or '.join(KV_DTYPES)} (llama.cpp also takes q8_0, q4_0: -B "
-                         "llamacpp)")
-    return KV_DTYPES[name]
+# K/V cache element types (llama.cpp's -ctk/-ctv names) live in strata.engine.kvcache;
+# re-exported here, where the cache is
+KV_DTYPES, KV_NAMES, kv_dtype = kvcache.KV_DTYPES, kvcache.KV_NAMES, kvcache.kv_dtype
 
 
 @dataclass
 class Cache:
-    k: list[torch.Tensor]  # per local layer [Hkv, C, D] (a windowed layer: fewer rows)
+    k: list[torch.Tensor]  # per local layer [Hkv, C, row(D)] (a windowed layer: fewer rows)
     v: list[torch.Tensor]
     capacity: int  # positions
     window: int = 0  # > 0: the windowed layers see their last `window` positions only
@@ -63,6 +52,7 @@ class Cache:
                  chunk: int, device: torch.device, dtype: torch.dtype = torch.float32
                  ) -> Cache:
         hkv, capacity, d = shape
+        d = kvcache.KV_TYPES[KV_NAMES[dtype]].row(d)  # q8_0: the blocks' bytes
         rows = [cls.rows(capacity, window, chunk) if w else capacity for w in windowed]
         return cls([torch.zeros((hkv, r, d), device=device, dtype=dtype) for r in rows],
                    [torch.zeros((hkv, r, d), device=device, dtype=dtype) for r in rows],
@@ -110,8 +100,9 @@ class Executor:
     rope_windowed: Rope | None = None  # the windowed layers' tables (their own RoPE base)
     pos: int = 0  # positions the cache holds
     chunk: int = CHUNK  # positions a forward step writes at most (longer forwards split)
-    # the K/V cache's element type: float32, or float16 (half the bytes; llama.cpp's default
-    # -ctk/-ctv f16: each row rounded once, when it is written)
+    # the K/V cache's element type (strata.engine.kvcache): float32, float16 (half the bytes;
+    # llama.cpp's default -ctk/-ctv f16: each row rounded once, when it is written) or uint8
+    # q8_0 blocks (-ctk/-ctv q8_0: a row quantised once, when it is written)
     kv_dtype: torch.dtype = torch.float32
     _pos_t: torch.Tensor = field(default_factory=lambda: torch.zeros(1, dtype=torch.int64))
     # a windowed layer's (row of the first query, window), what attention_window reads
@@ -124,6 +115,7 @@ class Executor:
                                                  s.n_experts_used),
                              float(w.config["rms_norm_eps"]), self.held, self.ops, w.moe,
                              bool(w.config.get("expert_weights_norm", True)))
+        kvcache.KV_TYPES[self.kv].check(s.head_dim)  # q8_0: heads of whole blocks
 
     @classmethod
     def build(cls, weights: ModelWeights, ops: Ops, device: torch.device, **kw: Any
@@ -146,7 +138,7 @@ class Executor:
 
     @property
     def kv(self) -> str:
-        """The K/V cache's element type by its -ctk name (f32, f16)."""
+        """The K/V cache's element type by its -ctk name (f32, f16, q8_0)."""
         return KV_NAMES[self.kv_dtype]
 
     @property

@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from strata.engine import moe
+from strata.engine import kvcache, moe
 from strata.engine.ops import Ops
 from strata.models.arch.spec import Arch
 from strata.models.spec import OUTPUT, TOKEN_EMBD
@@ -67,7 +67,7 @@ class Net:
 class KV:
     """One layer's cache and where this forward's queries sit in it."""
 
-    k: torch.Tensor  # [Hkv, C, D]
+    k: torch.Tensor  # [Hkv, C, row(D)] (strata.engine.kvcache: D values, or q8_0 blocks)
     v: torch.Tensor
     pos: int  # the cache row of the first query
     pos_t: torch.Tensor  # the same row as an int64 tensor (what lab kernels read); a
@@ -133,8 +133,9 @@ def attention(net: Net, i: int, h: torch.Tensor, cos: torch.Tensor, sin: torch.T
     if kv is None:  # causal over these T keys alone: [..., Hkv, T, D]
         keys, values, pos, pos_t, window = k.transpose(-3, -2), v.transpose(-3, -2), 0, None, 0
     else:
-        kv.k[:, kv.pos:kv.pos + t].copy_(k.transpose(0, 1))
-        kv.v[:, kv.pos:kv.pos + t].copy_(v.transpose(0, 1))
+        kind = kvcache.of(kv.k)  # rounded (f16) or quantised (q8_0) as it is written
+        kind.store(kv.k[:, kv.pos:kv.pos + t], k.transpose(0, 1))
+        kind.store(kv.v[:, kv.pos:kv.pos + t], v.transpose(0, 1))
         keys, values, pos, pos_t, window = kv.k, kv.v, kv.pos, kv.pos_t, kv.window
     o = net.ops.attention(q.transpose(-3, -2), keys, values, pos, pos_t, 1.0 / math.sqrt(d),
                           window, net.opt(i, "sinks"))

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from strata.engine import kvcache
 from strata.engine.weights import ModelWeights, Stored
 from strata.errors import InputError
 
@@ -77,8 +78,9 @@ class TorchOps:
                   sinks: torch.Tensor | None = None) -> torch.Tensor:
         end = pos + q.shape[-2]
         rep = q.shape[-3] // k.shape[-3]  # GQA: consecutive query heads share a KV head
-        keys = k[..., :end, :].to(q.dtype).repeat_interleave(rep, dim=-3)
-        values = v[..., :end, :].to(q.dtype).repeat_interleave(rep, dim=-3)
+        kind = kvcache.of(k)  # f16 widened, q8_0 blocks dequantised: the cache's values
+        keys = kind.widen(k[..., :end, :], q.dtype).repeat_interleave(rep, dim=-3)
+        values = kind.widen(v[..., :end, :], q.dtype).repeat_interleave(rep, dim=-3)
         # query i sits at position pos + i and sees keys 0..pos + i (causal at any depth)
         keys_at = torch.arange(end, device=q.device)[None, :]
         query_at = torch.arange(pos, end, device=q.device)[:, None]

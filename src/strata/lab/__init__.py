@@ -27,11 +27,12 @@ def load(path: str | Path, device: str = "cpu", n_ctx: int = DEFAULT_CTX,
          threads: int | None = None, db: Path | None = None,
          say: Callable[[str], None] = lambda _m: None, kv: str = "f32") -> LabModel:
     """A GGUF ready to prefill/decode on `device`, with an empty KV cache of `n_ctx`
-    positions whose elements are `kv` (f32, or f16: half the bytes, llama.cpp's default)."""
+    positions whose elements are `kv` (f32; f16: half the bytes, llama.cpp's default; q8_0:
+    GGUF q8_0 blocks, 34 bytes per 32 values)."""
     import torch
 
     from strata.backends.torch_device import resolve_device
-    from strata.engine.executor import kv_dtype
+    from strata.engine.kvcache import kv_type
     from strata.engine.ops_lab import LabOps
     from strata.hardware.threads import set_threads
     from strata.lab.model import LabModel
@@ -39,12 +40,13 @@ def load(path: str | Path, device: str = "cpu", n_ctx: int = DEFAULT_CTX,
     from strata.paths import default_db_path
     from strata.store import open_db
 
-    cache = kv_dtype(kv)
+    cache = kv_type(kv)
     dev: torch.device = resolve_device(device)
     used = set_threads(threads)
     weights = read_weights(Path(path), dev)
+    cache.check(weights.spec.head_dim)  # before the ops are verified and built
     ops = LabOps.for_weights(weights, dev, say, open_db(db or default_db_path()), kv=kv)
-    model = LabModel.build(weights, ops, dev, threads=used, kv_dtype=cache)
+    model = LabModel.build(weights, ops, dev, threads=used, kv_dtype=cache.dtype)
     model.reset(n_ctx)
     return model
 

@@ -49,7 +49,7 @@ WINDOW_OP = "attention_window"  # the sliding-window layers' attention
 SINK_OP = "attention_sinks"  # gpt-oss's attention (sinks; windowed or not), every layer's
 # K/V cache element type (llama.cpp's -ctk/-ctv names) -> the suffix of the attention ops
 # that read such a cache
-KV_CACHE_OPS = {"f32": "", "f16": "_f16"}
+KV_CACHE_OPS = {"f32": "", "f16": "_f16", "q8_0": "_q8_0"}
 
 
 def attention_op(sinks: bool, windowed: bool, kv: str = "f32") -> str:
@@ -58,7 +58,7 @@ def attention_op(sinks: bool, windowed: bool, kv: str = "f32") -> str:
     base = SINK_OP if sinks else WINDOW_OP if windowed else "attention_cached"
     if kv not in KV_CACHE_OPS:
         raise InputError(f"K/V cache type {kv}: the lab's attention reads a "
-                         f"{' or '.join(KV_CACHE_OPS)} cache")
+                         f"{', '.join(KV_CACHE_OPS)} cache")
     return base + KV_CACHE_OPS[kv]
 
 

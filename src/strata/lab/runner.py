@@ -23,8 +23,12 @@ from typing import Any
 
 import torch
 
+from strata.engine import kvcache
+
 RUNNER_SOURCE = Path(__file__).parent / "csrc" / "runner.c"
-STEP_KERNEL, STEP_ADD, STEP_KV_STORE, STEP_KV_STORE_F16 = 0, 1, 2, 3
+STEP_KERNEL, STEP_ADD, STEP_KV_STORE, STEP_KV_STORE_F16, STEP_KV_STORE_Q8_0 = 0, 1, 2, 3, 4
+# the K/V cache type (strata.engine.kvcache) -> runner.c's step that writes a row of it
+KV_STEPS = {"f32": STEP_KV_STORE, "f16": STEP_KV_STORE_F16, "q8_0": STEP_KV_STORE_Q8_0}
 MAX_INTS, MAX_FLOATS = 16, 4  # csrc/runner.c's entry prototype
 GLUE = "glue"  # Step.op of everything that is not a lab kernel
 
@@ -81,19 +85,24 @@ def add_step(x: torch.Tensor, y: torch.Tensor) -> Step:
 
 
 def kv_step(cache: torch.Tensor, src: torch.Tensor, at: torch.Tensor) -> Step:
-    """src [heads, d] into cache [heads, rows, d] (float32, or float16: rounded to nearest
-    even) at the row held by at[0] (int64, read when the step runs: the position changes
-    every token, the step does not)."""
-    def call() -> None:
-        cache[:, int(at[0])].copy_(src)
+    """src [heads, d] into cache [heads, rows, row(d)] (strata.engine.kvcache: float32;
+    float16, rounded to nearest even; q8_0 blocks, quantised as ggml does) at the row held by
+    at[0] (int64, read when the step runs: the position changes every token, the step does
+    not)."""
+    kind = kvcache.of(cache)
 
-    heads, rows, d = cache.shape
-    kind = {torch.float32: STEP_KV_STORE, torch.float16: STEP_KV_STORE_F16}.get(cache.dtype)
+    def call() -> None:
+        kind.store(cache[:, int(at[0])], src)
+
+    heads, rows, _ = cache.shape
+    d = src.numel() // max(1, heads)
+    step = KV_STEPS.get(kind.name)
     native = None
-    if kind is not None and _flat_f32_cpu(src) and cache.device.type == "cpu" \
+    if step is not None and _flat_f32_cpu(src) and cache.device.type == "cpu" \
             and cache.is_contiguous() and src.numel() == heads * d \
+            and cache.shape[2] == kind.row(d) and d % kind.block == 0 \
             and at.dtype == torch.int64 and at.device.type == "cpu":
-        native = Native(kind, ints=(cache.data_ptr(), src.data_ptr(), heads, rows, d,
+        native = Native(step, ints=(cache.data_ptr(), src.data_ptr(), heads, rows, d,
                                     at.data_ptr()), name="kv_store")
     return Step(GLUE, call, native)
 

@@ -15,7 +15,9 @@ if TYPE_CHECKING:
     from strata.models.spec import ModelSpec
 
 KV_TYPE = "f16"  # the lab's default K/V cache, llama.cpp's (-ctk/-ctv f32: float32)
-KV_TYPES = ("f16", "f32")  # what the lab's attention ops read (attention_cached[_f16] ...)
+# what the lab's attention ops read (attention_cached[_f16|_q8_0] ...), and how fit says it
+KV_TYPES = {"f16": "float16", "f32": "float32",
+            "q8_0": "q8_0 blocks (34 bytes per 32 values)"}
 UBATCH = 512  # strata.lab.model.UBATCH (that module imports torch): tokens per prefill chunk
 F32 = 4
 
@@ -103,8 +105,11 @@ def _runtime(model: ResolvedModel, _host: HostProfile, _kind: str,
     spec = model.spec_for("gguf")
     assert spec is not None
     kv = kv_type or KV_TYPE
+    if kv == "q8_0" and spec.head_dim % 32:
+        raise InputError(f"--kv-type q8_0: blocks of 32 values, but this model's heads have "
+                         f"{spec.head_dim}; use --kv-type f16")
     return Runtime(spec, kv, None, ["lab holds the weights as stored in the GGUF and K/V in "
-                                    f"{'float16' if kv == 'f16' else 'float32'}"])
+                                    f"{KV_TYPES.get(kv, kv)}"])
 
 
 def _quant(model: ResolvedModel, rt: Runtime, quant: str) -> QuantSpec:
@@ -127,7 +132,7 @@ def _fit() -> BackendRules:
 
     quants = tuple(q for q in QUANTS if reads(q))
     cpu, gpu = _rules()
-    return BackendRules("lab", KV_TYPES, quants, False, {"cpu": cpu, "gpu": gpu}, _runtime,
+    return BackendRules("lab", tuple(KV_TYPES), quants, False, {"cpu": cpu, "gpu": gpu}, _runtime,
                         _quant, sections=fit_sections, window_cells=_window_cells)
 
 

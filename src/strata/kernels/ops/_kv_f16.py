@@ -28,13 +28,14 @@ def _widened(spec: KernelSpec, args: tuple[Any, ...]) -> list[Any]:
     return [a.to(like.dtype) if i in idx else a for i, a in enumerate(args)]
 
 
-def _bytes(base: KernelSpec, s: dict[str, int], e: int) -> float:
-    """The base op's bytes with its K/V rows at 2 bytes: the base formula is linear in e,
-    q and out take 2·H·T·D of its per-e share, the K/V rows the rest (sinks, H elements of a
-    few heads, are counted with them: at worst 2·H bytes low, never high)."""
+def cache_bytes(base: KernelSpec, s: dict[str, int], e: int, per_value: float) -> float:
+    """The base op's bytes with its K/V rows at `per_value` bytes a value: the base formula
+    is linear in e, q and out take 2·H·T·D of its per-e share, the K/V rows the rest (sinks,
+    H elements of a few heads, are counted with them: at worst a few bytes low, never
+    high)."""
     per_e = base.bytes(s, 1) - base.bytes(s, 0)
     qo = 2 * s["H"] * s["T"] * s["D"]
-    return float(base.bytes(s, 0) + e * qo + 2 * (per_e - qo))
+    return float(base.bytes(s, 0) + e * qo + per_value * (per_e - qo))
 
 
 def f16_cache(base: KernelSpec) -> KernelSpec:
@@ -59,5 +60,5 @@ def f16_cache(base: KernelSpec) -> KernelSpec:
     return dataclasses.replace(
         base, name=f"{base.name}_f16", summary=f"{base.summary}; float16 K/V cache",
         make_inputs=make_inputs, reference=reference, eager=eager,
-        bytes=lambda s, e: _bytes(base, s, e),
+        bytes=lambda s, e: cache_bytes(base, s, e, 2),
         fixed_dtypes={**base.fixed_dtypes, "k": "float16", "v": "float16"})

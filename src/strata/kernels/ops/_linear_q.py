@@ -84,6 +84,21 @@ def quantize_rows(x: Any) -> tuple[Any, Any]:
     return q, d
 
 
+def q8_0_blocks(x: Any) -> Any:
+    """The GGUF q8_0 blocks of x [..., K] (K a multiple of 32) as ggml's quantize_row_q8_0
+    writes them (quantize_rows): uint8 [..., K/32*34], each block its fp16 scale then 32
+    int8. NaN or infinite values give a NaN or infinite scale (the block decodes to NaN or
+    ±inf, never to finite values)."""
+    import torch
+
+    lead, k = x.shape[:-1], x.shape[-1]
+    q, d = quantize_rows(x.reshape(-1, k))
+    q = torch.nan_to_num(q, nan=0.0, posinf=0.0, neginf=0.0).clamp(-127, 127)
+    scale = d.to(torch.float16).view(torch.uint8).reshape(q.shape[0], -1, 2)
+    body = q.to(torch.int8).view(torch.uint8)
+    return torch.cat([scale, body], dim=-1).reshape(*lead, k // QK * 34)
+
+
 def q8_1_sums(x: Any, qx: Any) -> Any:
     """ggml's AVX2 quantize_row_q8_1 adds s = fp16(d·Σq) per block, with d = amax/127 in
     float32 (not its fp16 rounding): float32 [B, K/32]. q4_1/q5_1's min term reads it."""

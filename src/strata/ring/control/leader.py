@@ -130,10 +130,10 @@ def _generate(node: Any, msg: Message, model: str, prompt: list[int], n: int,
 def _kv_type(msg: Message) -> str:
     """The request's K/V cache type (`ring run --kv-type`; a request without one: f32, as
     before it could be chosen); InputError for a type the stages cannot hold."""
-    from strata.engine.executor import kv_dtype
+    from strata.engine.kvcache import kv_type
 
     kv = str(msg.get("kv_type") or "f32")
-    kv_dtype(kv)
+    kv_type(kv)
     return kv
 
 
@@ -142,9 +142,9 @@ def _plan(node: Any, model: str, ctx: int, lost: set[str], kv: str = "f32") -> A
     joined does not move a model that runs already: the last plan's members keep it unless
     the new plan is predicted more than REPLAN_GAIN faster (an unpredicted gain counts as
     none)."""
-    from strata.engine.executor import kv_dtype
+    from strata.engine.kvcache import kv_type
     from strata.ring.plan.members import Member
-    from strata.ring.plan.partition import plan_ring
+    from strata.ring.plan.partition import model_spec, plan_ring
 
     members = [node.member, *(Member.from_dict(p.member) for p in node.live()
                               if p.member and p.id not in lost)]
@@ -155,7 +155,9 @@ def _plan(node: Any, model: str, ctx: int, lost: set[str], kv: str = "f32") -> A
     timer = getattr(node, "layer_timer", None)
     times, missing = timer.gather(model, members) if timer is not None else ({}, {})
     ref = node.model_ref(model)  # this node's copy: the plan reads its shapes and sizes
-    elem = kv_dtype(kv).itemsize
+    cache = kv_type(kv)
+    cache.check(model_spec(ref)[0].head_dim)  # q8_0: heads of whole blocks, before any plan
+    elem = cache.elem_bytes  # q8_0: 34 bytes per 32 values
     try:
         plan = plan_ring(ref, members, ctx, links, measured=times, kv_elem_bytes=elem)
     except InputError as exc:

@@ -85,7 +85,7 @@ def plan_ring(model: str | ModelSpec, members: Sequence[Member], ctx: int, links
     `measured`: per member id, its timed decoder layer of this model (replaces the bandwidth
     estimate of that member's stages; members absent from it keep the estimate).
     InputError when the members cannot hold the model, naming what is missing."""
-    spec, ref = _spec(model)
+    spec, ref = model_spec(model)
     if ctx < 1:
         raise InputError(f"--ctx {ctx}: must be at least 1 token")
     if not members:
@@ -110,7 +110,8 @@ def plan_ring(model: str | ModelSpec, members: Sequence[Member], ctx: int, links
     raise InputError(_shortfall(ref, ctx, costs, members))
 
 
-def _spec(model: str | ModelSpec) -> tuple[ModelSpec, str]:
+def model_spec(model: str | ModelSpec) -> tuple[ModelSpec, str]:
+    """The spec of `model` (a ref: its metadata only) and the name the plan gives it."""
     if isinstance(model, ModelSpec):
         return model, model.name
     from strata.models.source import resolve

@@ -28,7 +28,8 @@ except ImportError as exc:
                      "installed: pip install 'strata[torch]'") from exc
 
 from strata.engine import ops as ops_registry
-from strata.engine.executor import Executor, kv_dtype
+from strata.engine.executor import Executor
+from strata.engine.kvcache import kv_type
 from strata.engine.weights import ModelWeights, Stored, range_bytes, read_range
 from strata.models import arch as arch_registry
 from strata.models.spec import ModelSpec
@@ -58,7 +59,7 @@ def stage_bytes(spec: ModelSpec, first: int, last: int, ctx: int, ops: str = DEF
     rows = sum(Cache.rows(ctx, spec.sliding_window)
                if a is not None and a.windowed(i, spec.sliding_window) else ctx
                for i in range(first, last))
-    cache = 2 * rows * spec.n_kv_heads * spec.head_dim * kv_dtype(kv).itemsize
+    cache = 2 * rows * spec.n_kv_heads * kv_type(kv).row_bytes(spec.head_dim)
     return range_bytes(spec, first, last, as_float), cache
 
 
@@ -93,16 +94,17 @@ class Stage:
              mem_cap_bytes: int | None = None, ctx: int = 0, ops: str = DEFAULT_OPS,
              say: Any = lambda _m: None, kv: str = "f32") -> Stage:
         """Read only the tensors of layers [first, last) (+ embedding / norm and head at the
-        ends), to run over a `kv` (f32, f16) K/V cache; InputError when the file cannot run
+        ends), to run over a `kv` (f32, f16, q8_0) K/V cache; InputError when the file cannot run
         here or the share exceeds `mem_cap_bytes` (weights as held + a KV cache of `ctx`
         positions), before any tensor is read."""
         if ops not in ops_registry.names():
             raise InputError(f"--ops {ops}: choose one of {', '.join(ops_registry.names())}")
-        cache = kv_dtype(kv)
+        cache = kv_type(kv)
         dev = torch.device(device)
 
         def check(spec: ModelSpec) -> None:
             check_range(spec, first, last)
+            cache.check(spec.head_dim)
             if mem_cap_bytes is not None:
                 check_cap(spec, first, last, ctx, mem_cap_bytes, ops, kv)
 
@@ -113,7 +115,7 @@ class Stage:
             path = gguf_path(str(model_ref))
             weights = read_range(path, first, last, dev, "strata ring", check)
         executor = Executor.build(weights, ops_registry.make(ops, weights, dev, say, kv), dev,
-                                  kv_dtype=cache)
+                                  kv_dtype=cache.dtype)
         return cls(str(model_ref), path, ops, executor)
 
     def on_torch(self) -> list[str]:

@@ -1,8 +1,9 @@
 /* strata_attention.h: the attention building blocks the built-in `c` attention kernels
  * share (attention, attention_lse, attention_backward: q.k scores and P.V rows; decode_attention
  * attention_cached, attention_window and attention_sinks: the flash-decoding quad and its
- * driver, with an optional sink logit per query head; the *_f16 ones, the same over a float16
- * cache: STRATA_KV_HALF). Hashed with each user like strata_simd.h.
+ * driver, with an optional sink logit per query head; the *_f16 and *_q8_0 ones, the same
+ * over a float16 or q8_0 cache: STRATA_KV_HALF, STRATA_KV_Q8_0). Hashed with each user like
+ * strata_simd.h.
  * The functions are `static` (not inline: the compiler decides, as it did when each kernel
  * held its own copy); a kernel that leaves one unused gets no code for it. */
 #ifndef STRATA_ATTENTION_H
@@ -10,28 +11,58 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 #include "strata_simd.h"
 
 #define STRATA_UNUSED __attribute__((unused))
 
-/* The K/V cache's element type for the flash-decoding quad and its driver (decode_quad_sinks,
-   cached_item, cached_attention_sinks): float, or IEEE binary16 (uint16_t, converted with
-   F16C as it is loaded) where the including kernel defines STRATA_KV_HALF first — the
-   *_f16 attention kernels, whose caches hold float16. Queries, scores and sums stay float. */
-#ifdef STRATA_KV_HALF
+/* The K/V cache's rows for the flash-decoding quad and its driver (decode_quad_sinks,
+   cached_item, cached_attention_sinks): a row of D values is KV_ROW(D) kv_t elements, and
+   KV_LOAD(row, d) gives values d..d+7 of a row as floats (KV_MASKLOAD the first n < 8 of
+   them, zeros after). float by default; IEEE binary16 (uint16_t, converted with F16C) where
+   the including kernel defines STRATA_KV_HALF first (the *_f16 kernels); GGUF q8_0 blocks
+   along D (34 bytes per 32 values: an fp16 scale, 32 int8; D a multiple of 32, so 8 values
+   from a multiple of 8 never straddle a block) under STRATA_KV_Q8_0 (the *_q8_0 kernels).
+   Queries, scores and sums stay float. */
+#if defined(STRATA_KV_HALF)
 typedef uint16_t kv_t;
-#define KV_LOAD(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
-/* the first n (< 8) elements at p, zeros after them (what a masked float load gives) */
+#define KV_ROW(D) (D)
+#define KV_LOAD(r, d) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((r) + (d))))
 static inline __m256 kv_load_tail(const kv_t *p, int64_t n) {
     uint16_t h[8] = {0};
     for (int64_t i = 0; i < n; i++) h[i] = p[i];
     return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)h));
 }
-#define KV_MASKLOAD(p, m, n) kv_load_tail((p), (n))
+#define KV_MASKLOAD(r, d, m, n) kv_load_tail((r) + (d), (n))
+#elif defined(STRATA_KV_Q8_0)
+typedef uint8_t kv_t;
+#define KV_ROW(D) ((D) / 32 * 34)
+static inline float kv_q8_scale(const kv_t *b) {
+    uint16_t h;
+    memcpy(&h, b, 2);
+    return _cvtsh_ss(h);
+}
+static inline __m256 kv_q8_load(const kv_t *r, int64_t d) {
+    const kv_t *b = r + (d >> 5) * 34;
+    const __m128i q = _mm_loadl_epi64((const __m128i *)(b + 2 + (d & 31)));
+    return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)),
+                         _mm256_set1_ps(kv_q8_scale(b)));
+}
+static inline __m256 kv_q8_tail(const kv_t *r, int64_t d, int64_t n) {
+    float f[8] = {0};
+    for (int64_t i = 0; i < n; i++) {
+        const kv_t *b = r + ((d + i) >> 5) * 34;
+        f[i] = kv_q8_scale(b) * (float)(int8_t)b[2 + ((d + i) & 31)];
+    }
+    return _mm256_loadu_ps(f);
+}
+#define KV_LOAD(r, d) kv_q8_load((r), (d))
+#define KV_MASKLOAD(r, d, m, n) kv_q8_tail((r), (d), (n))
 #else
 typedef float kv_t;
-#define KV_LOAD(p) _mm256_loadu_ps(p)
-#define KV_MASKLOAD(p, m, n) _mm256_maskload_ps((p), (m))
+#define KV_ROW(D) (D)
+#define KV_LOAD(r, d) _mm256_loadu_ps((r) + (d))
+#define KV_MASKLOAD(r, d, m, n) _mm256_maskload_ps((r) + (d), (m))
 #endif
 
 /* p[s] = q . k[s] for s < n (unscaled). */
@@ -113,7 +144,7 @@ static STRATA_UNUSED void decode_quad_sinks(float *const o[4], const float *cons
                                             int64_t D, float scale, int nq, float *acc,
                                             const float *sink) {
     float sc[DEC_BS * 4] __attribute__((aligned(32)));  /* layout [s][j] */
-    const int64_t D8 = D & ~(int64_t)7;
+    const int64_t D8 = D & ~(int64_t)7, R = KV_ROW(D);  /* R: a cache row's kv_t */
     const __m256i dm = tailmask(D - D8);
     const __m128 scv = _mm_set1_ps(scale);
     __m128 mrun = _mm_set1_ps(-INFINITY), lrun = _mm_setzero_ps();
@@ -122,16 +153,16 @@ static STRATA_UNUSED void decode_quad_sinks(float *const o[4], const float *cons
 
     for (int64_t s0 = 0; s0 < S; s0 += DEC_BS) {
         int64_t n = S - s0 < DEC_BS ? S - s0 : DEC_BS;
-        const kv_t *kb = kh + s0 * D, *vb = vh + s0 * D;
+        const kv_t *kb = kh + s0 * R, *vb = vh + s0 * R;
         /* scores for this block */
         int64_t s = 0;
         for (; s + 2 <= n; s += 2) {
-            const kv_t *ka = kb + s * D, *kc = ka + D;
+            const kv_t *ka = kb + s * R, *kc = ka + R;
             __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
             __m256 b0 = a0, b1 = a0, b2 = a0, b3 = a0;
             int64_t d = 0;
             for (; d < D8; d += 8) {
-                __m256 x = KV_LOAD(ka + d), y = KV_LOAD(kc + d);
+                __m256 x = KV_LOAD(ka, d), y = KV_LOAD(kc, d);
                 __m256 v0 = _mm256_loadu_ps(q0 + d), v1 = _mm256_loadu_ps(q1 + d);
                 a0 = _mm256_fmadd_ps(v0, x, a0); b0 = _mm256_fmadd_ps(v0, y, b0);
                 a1 = _mm256_fmadd_ps(v1, x, a1); b1 = _mm256_fmadd_ps(v1, y, b1);
@@ -140,7 +171,7 @@ static STRATA_UNUSED void decode_quad_sinks(float *const o[4], const float *cons
                 a3 = _mm256_fmadd_ps(v3, x, a3); b3 = _mm256_fmadd_ps(v3, y, b3);
             }
             if (d < D) {
-                __m256 x = KV_MASKLOAD(ka + d, dm, D - D8), y = KV_MASKLOAD(kc + d, dm, D - D8);
+                __m256 x = KV_MASKLOAD(ka, d, dm, D - D8), y = KV_MASKLOAD(kc, d, dm, D - D8);
                 __m256 v0 = _mm256_maskload_ps(q0 + d, dm), v1 = _mm256_maskload_ps(q1 + d, dm);
                 a0 = _mm256_fmadd_ps(v0, x, a0); b0 = _mm256_fmadd_ps(v0, y, b0);
                 a1 = _mm256_fmadd_ps(v1, x, a1); b1 = _mm256_fmadd_ps(v1, y, b1);
@@ -152,18 +183,18 @@ static STRATA_UNUSED void decode_quad_sinks(float *const o[4], const float *cons
             _mm_store_ps(sc + s * 4 + 4, _mm_mul_ps(hsum4x8(b0, b1, b2, b3), scv));
         }
         if (s < n) {
-            const kv_t *ka = kb + s * D;
+            const kv_t *ka = kb + s * R;
             __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
             int64_t d = 0;
             for (; d < D8; d += 8) {
-                __m256 x = KV_LOAD(ka + d);
+                __m256 x = KV_LOAD(ka, d);
                 a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q0 + d), x, a0);
                 a1 = _mm256_fmadd_ps(_mm256_loadu_ps(q1 + d), x, a1);
                 a2 = _mm256_fmadd_ps(_mm256_loadu_ps(q2 + d), x, a2);
                 a3 = _mm256_fmadd_ps(_mm256_loadu_ps(q3 + d), x, a3);
             }
             if (d < D) {
-                __m256 x = KV_MASKLOAD(ka + d, dm, D - D8);
+                __m256 x = KV_MASKLOAD(ka, d, dm, D - D8);
                 a0 = _mm256_fmadd_ps(_mm256_maskload_ps(q0 + d, dm), x, a0);
                 a1 = _mm256_fmadd_ps(_mm256_maskload_ps(q1 + d, dm), x, a1);
                 a2 = _mm256_fmadd_ps(_mm256_maskload_ps(q2 + d, dm), x, a2);
@@ -205,8 +236,8 @@ static STRATA_UNUSED void decode_quad_sinks(float *const o[4], const float *cons
             __m256 x2 = _mm256_mul_ps(_mm256_loadu_ps(c2 + d), al2), y2 = _mm256_mul_ps(_mm256_loadu_ps(c2 + d + 8), al2);
             __m256 x3 = _mm256_mul_ps(_mm256_loadu_ps(c3 + d), al3), y3 = _mm256_mul_ps(_mm256_loadu_ps(c3 + d + 8), al3);
             for (s = 0; s < n; s++) {
-                const kv_t *vr = vb + s * D + d;
-                __m256 va = KV_LOAD(vr), vc = KV_LOAD(vr + 8);
+                const kv_t *vr = vb + s * R;
+                __m256 va = KV_LOAD(vr, d), vc = KV_LOAD(vr, d + 8);
                 const float *ps = sc + s * 4;
                 __m256 p0 = _mm256_broadcast_ss(ps), p1 = _mm256_broadcast_ss(ps + 1);
                 x0 = _mm256_fmadd_ps(p0, va, x0); y0 = _mm256_fmadd_ps(p0, vc, y0);
@@ -227,7 +258,7 @@ static STRATA_UNUSED void decode_quad_sinks(float *const o[4], const float *cons
             __m256 x2 = _mm256_mul_ps(_mm256_maskload_ps(c2 + d, m), al2);
             __m256 x3 = _mm256_mul_ps(_mm256_maskload_ps(c3 + d, m), al3);
             for (s = 0; s < n; s++) {
-                __m256 va = KV_MASKLOAD(vb + s * D + d, m, D - d < 8 ? D - d : 8);
+                __m256 va = KV_MASKLOAD(vb + s * R, d, m, D - d < 8 ? D - d : 8);
                 const float *ps = sc + s * 4;
                 x0 = _mm256_fmadd_ps(_mm256_broadcast_ss(ps), va, x0);
                 x1 = _mm256_fmadd_ps(_mm256_broadcast_ss(ps + 1), va, x1);
@@ -284,8 +315,8 @@ static STRATA_UNUSED void cached_item(float *out, const float *q, const kv_t *k,
         qp[j] = q + (h * T + t) * D;
         sk[j] = sinks ? sinks[h] : 0.0f;
     }
-    decode_quad_sinks(o, qp, k + (g * C + lo) * D, v + (g * C + lo) * D, end - lo, D, scale,
-                      nq, acc, sinks ? sk : NULL);
+    decode_quad_sinks(o, qp, k + (g * C + lo) * KV_ROW(D), v + (g * C + lo) * KV_ROW(D),
+                      end - lo, D, scale, nq, acc, sinks ? sk : NULL);
 }
 
 
