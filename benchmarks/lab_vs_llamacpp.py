@@ -144,6 +144,7 @@ def profile(model: str, threads: int, tokens: int, home: Path, repack: bool = Tr
     import torch
 
     import strata.lab
+    from strata.backends.base import LoadConfig
     from strata.engine.ops_lab import LabOps
     from strata.lab.plan import X8_OPS
     from strata.models.source import resolve
@@ -153,7 +154,9 @@ def profile(model: str, threads: int, tokens: int, home: Path, repack: bool = Tr
     if not repack:
         LabOps.repacks = lambda self, kind: False  # type: ignore[method-assign]
     try:
-        m = strata.lab.load(path, "cpu", n_ctx=2 * tokens + 8, threads=threads)
+        # -B lab's K/V cache (llama.cpp's default f16), as the paired rounds run it
+        m = strata.lab.load(path, "cpu", n_ctx=2 * tokens + 8, threads=threads,
+                            kv=LoadConfig().kv_type)
     finally:
         LabOps.repacks = chosen  # type: ignore[method-assign]
     with torch.inference_mode():
