@@ -19,11 +19,12 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from strata.kernels.ops import _quant
 from strata.kernels.ops._kv_f16 import KV, cache_bytes
 from strata.kernels.ops._shapes import unique
 from strata.kernels.spec import Clause, KernelSpec
 
-QK, BLOCK = 32, 34
+QK, BLOCK = _quant.QK, _quant.BLOCK_BYTES["q8_0"]
 
 
 def _whole_blocks(s: dict[str, int]) -> dict[str, int]:
@@ -31,13 +32,11 @@ def _whole_blocks(s: dict[str, int]) -> dict[str, int]:
 
 
 def values(t: Any, dtype: Any) -> Any:
-    """The values of q8_0 rows t [..., D/32·34] as `dtype` [..., D]."""
-    import torch
-
-    blocks = t.reshape(*t.shape[:-1], -1, BLOCK)
-    d = blocks[..., :2].contiguous().view(torch.float16).to(dtype)
-    q = blocks[..., 2:].contiguous().view(torch.int8).to(dtype)
-    return (q * d).reshape(*t.shape[:-1], -1)
+    """The values of q8_0 rows t [..., D/32·34] as `dtype` [..., D] (on t's device; d·q is
+    exact in float32, so any float dtype at least as wide holds it exactly)."""
+    lead, d = t.shape[:-1], t.shape[-1] // BLOCK * QK
+    q, scale = _quant.decode("q8_0", t.reshape(-1, t.shape[-1]), d)
+    return (q * scale[..., None]).to(dtype).reshape(*lead, d)
 
 
 def _quantised(t: Any) -> Any:

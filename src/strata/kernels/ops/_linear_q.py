@@ -96,7 +96,7 @@ def q8_0_blocks(x: Any) -> Any:
     q = torch.nan_to_num(q, nan=0.0, posinf=0.0, neginf=0.0).clamp(-127, 127)
     scale = d.to(torch.float16).view(torch.uint8).reshape(q.shape[0], -1, 2)
     body = q.to(torch.int8).view(torch.uint8)
-    return torch.cat([scale, body], dim=-1).reshape(*lead, k // QK * 34)
+    return torch.cat([scale, body], dim=-1).reshape(*lead, k // QK * _quant.BLOCK_BYTES["q8_0"])
 
 
 def q8_1_sums(x: Any, qx: Any) -> Any:

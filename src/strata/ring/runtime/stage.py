@@ -181,7 +181,7 @@ class Stage:
 
     @property
     def kv(self) -> str:
-        """The K/V cache's element type (f32, f16), as the executor holds it."""
+        """The K/V cache's element type (f32, f16, q8_0), as the executor holds it."""
         return self.executor.kv
 
     def kv_bytes(self, ctx: int) -> int:
