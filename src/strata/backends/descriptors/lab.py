@@ -66,8 +66,8 @@ _BUFFERS_TEXT = (
     "tables) + 4·vocab B (one token's logits): one 512-token prefill chunk, one layer's f32 "
     "intermediates at a time, with the f32 scores and bool mask torch makes when it serves "
     "attention_cached; a rule, not checked against real allocations",
-    "lab KV cache = 2·layers·kv_heads·head_dim·ctx x 2 B (f16, -ctk f32: 4 B; ctx counted in "
-    "steps of 256 as for llama.cpp: at most 255 positions over)")
+    "lab KV cache = 2·layers·kv_heads·head_dim·ctx x 2 B (f16; --kv-type f32: 4 B, q8_0: "
+    "34/32 B; ctx counted in steps of 256 as for llama.cpp: at most 255 positions over)")
 
 
 def _rules() -> tuple[DeviceRules, DeviceRules]:
