@@ -16,8 +16,8 @@
 #define LANE_OFFSET 0  /* the offset's correction in one lane per block (q4_0, q5_0) */
 #endif
 #define XSTACK_PAIRS 256       /* B = 1: K <= 16384 quantised on each thread's stack */
-#define DECODE_CHUNK_BYTES 65536  /* B = 1: weight bytes per scheduling chunk */
-#define PF_BYTES 1536          /* B = 1: the least prefetch distance along the stream */
+#define DECODE_CHUNK_BYTES (1 << 20)  /* B = 1: weight bytes per scheduling chunk */
+#define PF_BYTES 6144          /* B = 1: the least prefetch distance along the stream */
 
 /* One pair of blocks (`two`) or the odd last block of weight rows r < nr against rows
  * b < nb of x, into acc[r][b] (nr, nb, two: compile-time constants after inlining).
@@ -105,7 +105,10 @@ static inline void q8_0x_quantize_pair(const float *x, xpair *xq, int64_t i, int
  * one row ahead. The same sums as the tiles', bit for bit (each row's accumulator is its
  * own, in block order). Measured (benchmarks/lab_linear_q.py, 2 threads, cold, median,
  * against the 4-row tiles): q4_0 2880 x 2880 12 -> 26-28 GB/s, 6912 x 1152 22 -> 25,
- * 1536 x 576 11 -> 13; mxfp4 2880 x 2880 16 -> 28-29; q5_0 6912 x 1152 unchanged (24). */
+ * 1536 x 576 11 -> 13; mxfp4 2880 x 2880 16 -> 28-29; q5_0 6912 x 1152 unchanged (24).
+ * Later, with the rows prefetched at least 6 KiB ahead (was 1.5) in chunks of up to 1 MiB
+ * (was 64 KiB; linear_q8_0.avx2.c's decode measures why), q4_0 16384 x 8192 went from 0.79
+ * to 0.93 of a plain cold read of the same bytes measured beside it. */
 static void q8_0x_decode(float *out, const float *x, const uint8_t *w, int64_t N, int64_t K) {
     const int64_t nblocks = K / QK, row_bytes = nblocks * BLOCK_BYTES;
     const int64_t npairs = (nblocks + 1) / 2;
