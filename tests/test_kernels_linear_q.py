@@ -181,6 +181,42 @@ def _run(ctx: VerifyContext, pendings: list[Pending]) -> list:
     return run_sandboxed(ctx, pendings)
 
 
+def test_the_vnni_q8_0_kernel_equals_the_avx2_one_bit_for_bit() -> None:
+    """linear_q8_0.avx512vnni.c claims the AVX2 kernel's exact integers and float32 steps
+    (two rows per 512-bit register, q_x + 128 through vpdpbusd less 128 x the weights' sum):
+    equal outputs bit for bit, on every tail of its 4-row groups and 4-row x tiles, with
+    weights at -128 and 127 and an all-zero block of x. (Not with a NaN in x, which no
+    clause specifies: ggml's amax drops it and quantises it to -128, which the AVX2 sign
+    trick, as ggml's, multiplies as -128 * |w|; vpdpbusd multiplies it exactly.)"""
+    from strata.host import _profile
+    from strata.kernels.capability import host_caps
+    from strata.native import load_shared
+
+    vnni = SOURCES / "linear_q8_0.avx512vnni.c"
+    if from_source(vnni).requires.check(host_caps(_profile())):
+        pytest.skip("no AVX-512 VNNI here")
+    fns = [load_shared(s).strata_linear_q8_0
+           for s in (SOURCES / "linear_q8_0.avx2.c", vnni)]
+    rng = np.random.default_rng(7)
+    for b, n, k in [(2, 4, 64), (5, 7, 96), (9, 6, 128), (4, 9, 2048), (3, 5, 17408),
+                    (64, 130, 256)]:
+        w = _quant.random_blocks("q8_0", n, k, int(rng.integers(1 << 30))).numpy().copy()
+        blocks = w.reshape(n, k // 32, 34)
+        blocks[0, 0, 2:] = np.uint8(0x80)  # -128 everywhere in a block
+        blocks[-1, -1, 2:] = 127
+        x = rng.standard_normal((b, k)).astype(np.float32) * 3
+        x[0, :32] = 0.0  # an all-zero block of x (d = 0)
+        outs = []
+        for fn in fns:
+            out = np.full((b, n), -1.0, np.float32)
+            fn(out.ctypes.data_as(ctypes.c_void_p), x.ctypes.data_as(ctypes.c_void_p),
+               w.ctypes.data_as(ctypes.c_void_p), ctypes.c_int64(b), ctypes.c_int64(n),
+               ctypes.c_int64(k))
+            outs.append(out)
+        assert np.isfinite(outs[0][0]).all() and (outs[0] != -1.0).all(), (b, n, k)
+        assert outs[0].tobytes() == outs[1].tobytes(), (b, n, k)
+
+
 def _pending(impl, ctx: VerifyContext, **job) -> Pending:
     p = plan(impl, ctx)
     assert isinstance(p, Pending), (impl.key, p)
@@ -193,7 +229,8 @@ def test_c_implementations_verify_in_the_sandbox(ctx: VerifyContext) -> None:
     every seed, on one, the default and an oversubscribed number of threads."""
     impls = [i for i in builtin_implementations() if i.op in OPS and i.dialect == "c"]
     assert {(i.op, i.name) for i in impls} == {(op, n) for op in OPS
-                                               for n in ("c.naive", "c.avx2")}
+                                               for n in ("c.naive", "c.avx2")} | \
+        {("linear_q8_0", "c.avx512vnni")}
     runnable = [i for i in impls if not i.requires.check(ctx.caps)]
     for verdict in _run(ctx, [_pending(i, ctx) for i in runnable]):
         assert verdict.status == "pass", (verdict.impl.key, verdict.reason, verdict.message,
