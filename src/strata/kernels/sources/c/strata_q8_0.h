@@ -49,25 +49,11 @@
 
 /* One 32-block of x -> 32 int8 at q (32-byte aligned) and the fp16-rounded scale. */
 static inline void q8_0_quantize_block(const float *x, int8_t *q, float *d) {
-    __m256 v0 = _mm256_loadu_ps(x), v1 = _mm256_loadu_ps(x + 8);
-    __m256 v2 = _mm256_loadu_ps(x + 16), v3 = _mm256_loadu_ps(x + 24);
-    const __m256 sign = _mm256_set1_ps(-0.0f);
-    __m256 m = _mm256_max_ps(_mm256_andnot_ps(sign, v0), _mm256_andnot_ps(sign, v1));
-    m = _mm256_max_ps(m, _mm256_max_ps(_mm256_andnot_ps(sign, v2), _mm256_andnot_ps(sign, v3)));
-    __m128 m4 = _mm_max_ps(_mm256_extractf128_ps(m, 1), _mm256_castps256_ps128(m));
-    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-    const float amax = _mm_cvtss_f32(m4);
-    const __m128i h = _mm_cvtps_ph(_mm_set_ss(amax / 127.0f), _MM_FROUND_TO_NEAREST_INT);
-    *d = _mm_cvtss_f32(_mm_cvtph_ps(h));
-    const __m256 id = _mm256_set1_ps(amax != 0.0f ? 127.0f / amax : 0.0f);
-    const int mode = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;  /* half to even */
-    const __m256i i0 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v0, id), mode));
-    const __m256i i1 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v1, id), mode));
-    const __m256i i2 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v2, id), mode));
-    const __m256i i3 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v3, id), mode));
+    __m256i i[4];
+    q8_round_block(x, i, d);
     /* the packs work per 128-bit lane: dwords end up in order 0,4,1,5,2,6,3,7 */
-    const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(i0, i1), _mm256_packs_epi32(i2, i3));
+    const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(i[0], i[1]),
+                                         _mm256_packs_epi32(i[2], i[3]));
     _mm256_store_si256((__m256i *)q,
                        _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
 }

@@ -47,23 +47,10 @@ typedef struct {
  * per_lane: c as LANE_OFFSET asks (strata_q8_0x_run.h). */
 static inline void q8_0x_quantize(const float *x, xpair *out, int h, int offset,
                                   int per_lane) {
-    __m256 v0 = _mm256_loadu_ps(x), v1 = _mm256_loadu_ps(x + 8);
-    __m256 v2 = _mm256_loadu_ps(x + 16), v3 = _mm256_loadu_ps(x + 24);
-    const __m256 sign = _mm256_set1_ps(-0.0f);
-    __m256 m = _mm256_max_ps(_mm256_andnot_ps(sign, v0), _mm256_andnot_ps(sign, v1));
-    m = _mm256_max_ps(m, _mm256_max_ps(_mm256_andnot_ps(sign, v2), _mm256_andnot_ps(sign, v3)));
-    __m128 m4 = _mm_max_ps(_mm256_extractf128_ps(m, 1), _mm256_castps256_ps128(m));
-    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-    const float amax = _mm_cvtss_f32(m4);
-    const __m128i h16 = _mm_cvtps_ph(_mm_set_ss(amax / 127.0f), _MM_FROUND_TO_NEAREST_INT);
-    const float d = _mm_cvtss_f32(_mm_cvtph_ps(h16));
-    const __m256 id = _mm256_set1_ps(amax != 0.0f ? 127.0f / amax : 0.0f);
-    const int mode = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;  /* half to even */
-    const __m256i i0 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v0, id), mode));
-    const __m256i i1 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v1, id), mode));
-    const __m256i i2 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v2, id), mode));
-    const __m256i i3 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v3, id), mode));
+    __m256i iv[4];
+    float d;
+    const float amax = q8_round_block(x, iv, &d);
+    const __m256i i0 = iv[0], i1 = iv[1], i2 = iv[2], i3 = iv[3];
     /* sum of the 32 values (each in [-127, 127]) from the int32 lanes */
     __m256i s = _mm256_add_epi32(_mm256_add_epi32(i0, i1), _mm256_add_epi32(i2, i3));
     __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));

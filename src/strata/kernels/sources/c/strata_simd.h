@@ -74,4 +74,28 @@ static inline __m256 half_at(const uint8_t *p) {
     return _mm256_cvtph_ps(_mm_set1_epi16(h));
 }
 
+/* One 32-block of x rounded as ggml's AVX2 quantize_row_q8_0 rounds it (needs F16C):
+ * returns amax = max |x|; *d = fp16(amax / 127) as float32 (round to nearest even);
+ * i[j] = round_half_even(x[8j..8j+7] * (127 / amax)) as int32 (0 when amax is 0). */
+static inline float q8_round_block(const float *x, __m256i i[4], float *d) {
+    const __m256 v0 = _mm256_loadu_ps(x), v1 = _mm256_loadu_ps(x + 8);
+    const __m256 v2 = _mm256_loadu_ps(x + 16), v3 = _mm256_loadu_ps(x + 24);
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 m = _mm256_max_ps(_mm256_andnot_ps(sign, v0), _mm256_andnot_ps(sign, v1));
+    m = _mm256_max_ps(m, _mm256_max_ps(_mm256_andnot_ps(sign, v2), _mm256_andnot_ps(sign, v3)));
+    __m128 m4 = _mm_max_ps(_mm256_extractf128_ps(m, 1), _mm256_castps256_ps128(m));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));  /* ggml's order (a NaN lane is dropped) */
+    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+    const float amax = _mm_cvtss_f32(m4);
+    const __m128i h = _mm_cvtps_ph(_mm_set_ss(amax / 127.0f), _MM_FROUND_TO_NEAREST_INT);
+    *d = _mm_cvtss_f32(_mm_cvtph_ps(h));
+    const __m256 id = _mm256_set1_ps(amax != 0.0f ? 127.0f / amax : 0.0f);
+    const int mode = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;  /* half to even */
+    i[0] = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v0, id), mode));
+    i[1] = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v1, id), mode));
+    i[2] = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v2, id), mode));
+    i[3] = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v3, id), mode));
+    return amax;
+}
+
 #endif /* STRATA_SIMD_H */
