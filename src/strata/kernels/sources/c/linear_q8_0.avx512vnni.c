@@ -65,8 +65,8 @@ static inline void vtile(float *out, int64_t ldo, const uint8_t *w, int64_t row_
         }
 }
 
-/* x rows b0 <= b < B against `rows` weight rows: a whole group is VRP pairs; the last
- * group's 1-3 rows are a pair and/or a single row. */
+/* nb rows of x (q, d) against `rows` weight rows at wg: a whole group is VRP pairs; the
+ * last group's 1-3 rows are a pair and/or a single row. */
 static inline void vrows(float *out, int64_t N, const uint8_t *wg, int64_t rows,
                          int64_t row_bytes, const uint8_t *q, const float *d, int64_t nblocks,
                          const int nb) __attribute__((always_inline));

@@ -100,14 +100,14 @@ static inline void q8_0x_quantize_pair(const float *x, xpair *xq, int64_t i, int
  * MXFP4, is 4.4 MB: ~0.15 ms), so no malloc and no barrier — each thread quantises x onto
  * its own stack (bit-identical on every thread) — and the rows go one at a time, in
  * chunks of ~DECODE_CHUNK_BYTES of consecutive rows handed out dynamically: one long
- * sequential stream per thread (linear_q8_0.avx2.c's decode, measured there 20-25% faster
+ * sequential stream per thread (strata_q8_0.h's q8_0_decode, measured there 20-25% faster
  * than 3-4 row tiles). Each row's steps prefetch the next row's same column (pair_step),
  * one row ahead. The same sums as the tiles', bit for bit (each row's accumulator is its
  * own, in block order). Measured (benchmarks/lab_linear_q.py, 2 threads, cold, median,
  * against the 4-row tiles): q4_0 2880 x 2880 12 -> 26-28 GB/s, 6912 x 1152 22 -> 25,
  * 1536 x 576 11 -> 13; mxfp4 2880 x 2880 16 -> 28-29; q5_0 6912 x 1152 unchanged (24).
  * Later, with the rows prefetched at least 6 KiB ahead (was 1.5) in chunks of up to 1 MiB
- * (was 64 KiB; linear_q8_0.avx2.c's decode measures why), q4_0 16384 x 8192 went from 0.79
+ * (was 64 KiB; strata_q8_0.h's q8_0_decode measures why), q4_0 16384 x 8192 went from 0.79
  * to 0.93 of a plain cold read of the same bytes measured beside it. */
 static void q8_0x_decode(float *out, const float *x, const uint8_t *w, int64_t N, int64_t K) {
     const int64_t nblocks = K / QK, row_bytes = nblocks * BLOCK_BYTES;
